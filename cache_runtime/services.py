@@ -99,7 +99,9 @@ class RedisServer:
                 except redis.ConnectionError:
                     time.sleep(0.02)  # polling interval, not a blind wait: we re-check PING
             self.stop()
-            raise RedisStartError(f"redis-server did not answer PING within {self.startup_timeout_s}s")
+            raise RedisStartError(
+                f"redis-server did not answer PING within {self.startup_timeout_s}s"
+            )
         finally:
             client.close()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from data_contracts.demand import GRANULARITIES, DemandSeries
 from data_contracts.quarantine import QuarantineRow
-from data_contracts.request_log import RequestLog, TIMESTAMP_MAX, TIMESTAMP_MIN
+from data_contracts.request_log import TIMESTAMP_MAX, TIMESTAMP_MIN, RequestLog
 from data_contracts.validation import RowFailure, failures_by_row, validate
 from data_contracts.version import CONTRACT_VERSION
 

@@ -6,6 +6,8 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from data_contracts.dtypes import STRING_KW, UTC_KW
+
 # Bucket widths in seconds. The three feature scales (5 s bursts, 3 min sessions, 1 h tides) come
 # from the features flow; 10 min is what the ServeGen rate trace ships with.
 GRANULARITIES: dict[str, int] = {"5s": 5, "3min": 180, "10min": 600, "1h": 3600}
@@ -19,20 +21,24 @@ class DemandSeries(pa.DataFrameModel):
     traces (ServeGen) give expected counts, not integers.
     """
 
-    tenant: Series[str] = pa.Field(str_length={"min_value": 1, "max_value": 64})
-    key: Series[str] = pa.Field(str_length={"min_value": 1, "max_value": 300})
-    granularity: Series[str] = pa.Field(isin=list(GRANULARITIES))
-    bucket_start: Series[pd.DatetimeTZDtype] = pa.Field(dtype_kwargs={"unit": "ns", "tz": "UTC"})
+    tenant: Series[pd.ArrowDtype] = pa.Field(
+        dtype_kwargs=STRING_KW, str_length={"min_value": 1, "max_value": 64}
+    )
+    key: Series[pd.ArrowDtype] = pa.Field(
+        dtype_kwargs=STRING_KW, str_length={"min_value": 1, "max_value": 300}
+    )
+    granularity: Series[pd.ArrowDtype] = pa.Field(dtype_kwargs=STRING_KW, isin=list(GRANULARITIES))
+    bucket_start: Series[pd.DatetimeTZDtype] = pa.Field(dtype_kwargs=UTC_KW)
     count: Series[float] = pa.Field(ge=0)
 
     @pa.dataframe_check(name="bucket_start_aligned_to_granularity")
-    def _aligned(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
+    def _aligned(cls, df: pd.DataFrame) -> Series[bool]:
         seconds = df["bucket_start"].astype("int64") // 1_000_000_000
         width = df["granularity"].map(GRANULARITIES)
         return (seconds % width) == 0
 
     @pa.dataframe_check(name="one_row_per_bucket")
-    def _unique(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
+    def _unique(cls, df: pd.DataFrame) -> Series[bool]:
         return ~df.duplicated(subset=["tenant", "key", "granularity", "bucket_start"])
 
     class Config:

@@ -6,6 +6,8 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from data_contracts.dtypes import STRING_KW, UTC_KW
+
 
 class QuarantineRow(pa.DataFrameModel):
     """A rejected row. Nothing is dropped silently: every row read is accepted or lands here.
@@ -15,12 +17,12 @@ class QuarantineRow(pa.DataFrameModel):
     `RAW_LIMIT_BYTES`; `raw_bytes` is its full length so a truncation is visible.
     """
 
-    source: Series[str] = pa.Field(str_length={"min_value": 1})
+    source: Series[pd.ArrowDtype] = pa.Field(dtype_kwargs=STRING_KW, str_length={"min_value": 1})
     row_number: Series[int] = pa.Field(ge=0)
-    raw: Series[str]
+    raw: Series[pd.ArrowDtype] = pa.Field(dtype_kwargs=STRING_KW)
     raw_bytes: Series[int] = pa.Field(ge=0)
-    reason: Series[str] = pa.Field(str_length={"min_value": 1})
-    quarantined_at: Series[pd.DatetimeTZDtype] = pa.Field(dtype_kwargs={"unit": "ns", "tz": "UTC"})
+    reason: Series[pd.ArrowDtype] = pa.Field(dtype_kwargs=STRING_KW, str_length={"min_value": 1})
+    quarantined_at: Series[pd.DatetimeTZDtype] = pa.Field(dtype_kwargs=UTC_KW)
 
     class Config:
         coerce = True

@@ -31,7 +31,9 @@ def _reader_for(path: Path) -> str:
         return "csv"
     if suffix in (".parquet", ".pq"):
         return "parquet"
-    raise InputError(f"{path}: unknown file type {suffix or '(none)'}; use .jsonl, .csv or .parquet")
+    raise InputError(
+        f"{path}: unknown file type {suffix or '(none)'}; use .jsonl, .csv or .parquet"
+    )
 
 
 def _sniff(path: Path, reader: str) -> Format:

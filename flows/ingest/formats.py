@@ -12,22 +12,28 @@ grew), yields the same ids and adds nothing; a different file never collides wit
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
 
 from data_contracts import GRANULARITIES
+from data_contracts.dtypes import STRING
 from data_contracts.lake import ARROW_SCHEMAS
 from flows.ingest.readers import (
     InputError,
     Record,
     RowError,
+    parse_json_object,
+    read_byte_lines,
     read_csv_records,
-    read_json_lines,
     read_parquet_records,
     read_simple_csv,
 )
@@ -45,12 +51,16 @@ class SourceContext:
     source: str
     tenant: str = "default"
     epoch: pd.Timestamp = DEFAULT_EPOCH
+    name_hash: str = field(init=False)
 
-    def derived_id(self, fmt: str, row_number: int, raw: str) -> str:
-        digest = hashlib.blake2b(
-            f"{Path(self.source).name}\x1f{row_number}\x1f{raw}".encode(), digest_size=10
-        ).hexdigest()
-        return f"{fmt}-{digest}"
+    def __post_init__(self) -> None:
+        digest = hashlib.blake2b(Path(self.source).name.encode(), digest_size=4).hexdigest()
+        object.__setattr__(self, "name_hash", digest)
+
+    def derived_id(self, fmt: str, row_number: int, raw: bytes) -> str:
+        """`<format>-<file-name hash>-<line>-<line-content hash>`: stable, collision-free."""
+        content = hashlib.blake2b(raw, digest_size=8).hexdigest()
+        return f"{fmt}-{self.name_hash}-{row_number}-{content}"
 
 
 def _int_field(record: dict[str, Any], name: str) -> int:
@@ -80,6 +90,8 @@ def _csv_float(text: str, name: str) -> float:
 def _hash_list(value: object, name: str) -> list[int]:
     if not isinstance(value, list) or not all(type(h) is int for h in value):
         raise RowError(f"{name}: expected list of integers")
+    if not all(-(2**63) <= h < 2**63 for h in value):
+        raise RowError(f"{name}: hash outside the signed 64-bit range")
     return value
 
 
@@ -107,12 +119,26 @@ class Format:
     def records(self, path: Path) -> Iterator[Record]:
         raise NotImplementedError
 
-    def parse(self, value: Any, row_number: int, raw: str, ctx: SourceContext) -> tuple:
+    def parse(self, value: Any, row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
         raise NotImplementedError
+
+    def fast_frame(
+        self, numbers: list[int], lines: list[bytes], ctx: SourceContext
+    ) -> pd.DataFrame:
+        """Parse a whole chunk of clean records at once, or raise `FastPathMiss` (the default).
+
+        Only ever an optimisation: it must accept no record that `parse` would reject. The
+        pipeline falls back to `parse` row by row for a chunk that misses.
+        """
+        raise FastPathMiss
 
     def finalize(self, frame: pd.DataFrame, ctx: SourceContext) -> pd.DataFrame:
         """Column-wise conversions; a row whose timestamp cannot be converted gets NaT."""
         return frame
+
+
+class FastPathMiss(Exception):
+    """The chunk has at least one record the fast path cannot vouch for."""
 
 
 class Mooncake(Format):
@@ -120,11 +146,65 @@ class Mooncake(Format):
 
     name = "mooncake"
     _fields = frozenset({"timestamp", "input_length", "output_length", "hash_ids"})
+    _arrow_options = pajson.ParseOptions(
+        explicit_schema=pa.schema(
+            [
+                ("timestamp", pa.float64()),
+                ("input_length", pa.int64()),
+                ("output_length", pa.int64()),
+                ("hash_ids", pa.list_(pa.int64())),
+            ]
+        ),
+        unexpected_field_behavior="error",
+    )
 
     def records(self, path: Path) -> Iterator[Record]:
-        return read_json_lines(path)
+        return read_byte_lines(path)
 
-    def parse(self, value: dict[str, Any], row_number: int, raw: str, ctx: SourceContext) -> tuple:
+    def fast_frame(
+        self, numbers: list[int], lines: list[bytes], ctx: SourceContext
+    ) -> pd.DataFrame:
+        # Arrow's JSON reader is strict where it matters (a string or float where an int belongs,
+        # an unknown or repeated field all raise); a missing field or a null comes back as null,
+        # which `parse` rejects, so any null sends the chunk to the slow path.
+        try:
+            table = pajson.read_json(
+                io.BytesIO(b"\n".join(lines)), parse_options=self._arrow_options
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise FastPathMiss from None
+        if table.num_rows != len(lines) or any(c.null_count for c in table.columns):
+            raise FastPathMiss
+        hashes = table["hash_ids"].combine_chunks()
+        hashes = pc.if_else(
+            pc.equal(pc.list_value_length(hashes), 0), pa.nulls(len(hashes), hashes.type), hashes
+        )
+        n = len(lines)
+        ids = pd.arrays.ArrowExtensionArray(
+            pa.array([ctx.derived_id(self.name, i, line) for i, line in zip(numbers, lines, strict=True)])
+        )
+        no_text = pd.arrays.ArrowExtensionArray(pa.nulls(n, pa.string()))
+        frame = pd.DataFrame(
+            {
+                "timestamp": table["timestamp"].to_numpy(),
+                "tenant": pd.arrays.ArrowExtensionArray(pa.array([ctx.tenant] * n, pa.string())),
+                "request_id": ids,
+                "session_id": ids,
+                "prompt": no_text,
+                "prompt_tokens": table["input_length"].to_numpy(),
+                "output_tokens": table["output_length"].to_numpy(),
+                "prefix_hashes": pd.arrays.ArrowExtensionArray(hashes),
+                "template_id": no_text,
+                "route": no_text,
+                "latency_ms": np.full(n, np.nan),
+                "priority": np.full(n, DEFAULT_PRIORITY, dtype="int64"),
+            },
+            index=numbers,
+        )
+        return self.finalize(frame, ctx)
+
+    def parse(self, value: bytes, row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
+        value = parse_json_object(value)
         if value.keys() != self._fields:
             missing = sorted(self._fields - value.keys())
             extra = sorted(value.keys() - self._fields)
@@ -153,7 +233,7 @@ class Azure(Format):
     def records(self, path: Path) -> Iterator[Record]:
         return read_simple_csv(path, self.header)
 
-    def parse(self, value: list[str], row_number: int, raw: str, ctx: SourceContext) -> tuple:
+    def parse(self, value: list[str], row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
         rid = ctx.derived_id(self.name, row_number, raw)
         return (
             value[0], ctx.tenant, rid, rid, None,
@@ -180,7 +260,7 @@ class ServeGen(Format):
     def records(self, path: Path) -> Iterator[Record]:
         return read_simple_csv(path, self.header)
 
-    def parse(self, value: list[str], row_number: int, raw: str, ctx: SourceContext) -> tuple:
+    def parse(self, value: list[str], row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
         start = _csv_int(value[0], "window_start_s")
         if start % self.window_s:
             raise RowError(f"window_start_s: {start} is not a multiple of {self.window_s}")
@@ -220,9 +300,11 @@ class Generic(Format):
             return read_csv_records(path)
         if self.reader == "parquet":
             return read_parquet_records(path)
-        return read_json_lines(path)
+        return read_byte_lines(path)
 
-    def parse(self, value: dict[str, Any], row_number: int, raw: str, ctx: SourceContext) -> tuple:
+    def parse(self, value: Any, row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
+        if isinstance(value, bytes):
+            value = parse_json_object(value)
         unknown = value.keys() - _GENERIC_FIELDS
         if unknown:
             raise RowError(f"unknown fields {sorted(unknown)}")
@@ -288,14 +370,29 @@ class Prompts(Format):
         self.reader = reader
 
     def records(self, path: Path) -> Iterator[Record]:
-        return read_csv_records(path) if self.reader == "csv" else read_json_lines(path)
+        return read_csv_records(path) if self.reader == "csv" else read_byte_lines(path)
 
-    def parse(self, value: dict[str, Any], row_number: int, raw: str, ctx: SourceContext) -> tuple:
+    def parse(self, value: Any, row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
+        if isinstance(value, bytes):
+            value = parse_json_object(value)
         text = value.get("prompt", value.get("question"))
         if not isinstance(text, str) or not text.strip():
             raise RowError("prompt: missing or empty (expected a 'prompt' or 'question' field)")
         rid = ctx.derived_id(self.name, row_number, raw)
-        return (row_number, ctx.tenant, rid, rid, text, 0, 0, None, None, None, None, DEFAULT_PRIORITY)
+        return (
+            row_number,
+            ctx.tenant,
+            rid,
+            rid,
+            text,
+            0,
+            0,
+            None,
+            None,
+            None,
+            None,
+            DEFAULT_PRIORITY,
+        )
 
     def finalize(self, frame: pd.DataFrame, ctx: SourceContext) -> pd.DataFrame:
         frame["timestamp"] = relative_to_epoch(frame["timestamp"], ctx.epoch, 10**9)

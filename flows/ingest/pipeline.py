@@ -20,8 +20,8 @@ from data_contracts import DemandSeries, RequestLog, failures_by_row
 from data_contracts.lake import ROW_KEYS, Lake
 from data_contracts.quarantine import QuarantineRow
 from flows.ingest.detect import resolve_format
-from flows.ingest.formats import DEFAULT_EPOCH, Format, SourceContext
-from flows.ingest.readers import Record, RowError
+from flows.ingest.formats import DEFAULT_EPOCH, FastPathMiss, Format, SourceContext
+from flows.ingest.readers import Record, RowError, raw_text
 
 CHUNK_ROWS = 50_000
 _CONTRACTS = {"requests": RequestLog, "demand": DemandSeries}
@@ -70,41 +70,59 @@ def _reason_kind(reason: str) -> str:
     return reason.split(":", 1)[0].split(" (", 1)[0][:60]
 
 
-def quarantine_frame(source: str, rows: list[tuple[int, str, str]]) -> pd.DataFrame:
-    """Rows (row number, raw, reason) as a validated `QuarantineRow` frame."""
-    now = pd.Timestamp.now(tz="UTC")
+def quarantine_frame(source: str, rows: list[tuple[int, bytes, str]]) -> pd.DataFrame:
+    """Rows (row number, raw bytes, reason) as a validated `QuarantineRow` frame."""
     frame = pd.DataFrame(
         {
             "source": source,
             "row_number": [r[0] for r in rows],
-            "raw": [r[1] for r in rows],
-            "raw_bytes": [len(r[1].encode("utf-8", errors="surrogatepass")) for r in rows],
+            "raw": [raw_text(r[1]) for r in rows],
+            "raw_bytes": [len(r[1]) for r in rows],
             "reason": [r[2] for r in rows],
-            "quarantined_at": now,
+            "quarantined_at": pd.Timestamp.now(tz="UTC"),
         }
     )
     return QuarantineRow.validate(frame)
 
 
-def process_chunk(fmt: Format, chunk: list[Record], ctx: SourceContext) -> ChunkResult:
-    """Parse, convert and validate one chunk; nothing is written here."""
+# At or below this many records a run that missed the fast path is parsed row by row rather than
+# split again: bisecting further costs more Arrow calls than it saves.
+SLOW_PATH_ROWS = 256
+
+
+def _parse_rows(
+    fmt: Format, records: list[Record], ctx: SourceContext, rejected: list[tuple[int, bytes, str]]
+) -> list[pd.DataFrame]:
+    """Frames for `records`: fast path where a whole run is clean, bisecting around bad rows."""
+    if not records:
+        return []
+    try:
+        return [fmt.fast_frame([r[0] for r in records], [r[1] for r in records], ctx)]
+    except FastPathMiss:
+        if len(records) > SLOW_PATH_ROWS:
+            middle = len(records) // 2
+            left = _parse_rows(fmt, records[:middle], ctx, rejected)
+            return left + _parse_rows(fmt, records[middle:], ctx, rejected)
     rows: list[tuple] = []
     numbers: list[int] = []
-    raws: dict[int, str] = {}
-    rejected: list[tuple[int, str, str]] = []
-    for number, value, raw in chunk:
-        if isinstance(value, RowError):
-            rejected.append((number, raw, str(value)))
-            continue
+    for number, value, raw in records:
         try:
             rows.append(fmt.parse(value, number, raw, ctx))
         except RowError as err:
             rejected.append((number, raw, str(err)))
             continue
         numbers.append(number)
-        raws[number] = raw
     frame = pd.DataFrame.from_records(rows, columns=fmt.columns, index=numbers)
-    frame = fmt.finalize(frame, ctx)
+    return [fmt.finalize(frame, ctx)]
+
+
+def process_chunk(fmt: Format, chunk: list[Record], ctx: SourceContext) -> ChunkResult:
+    """Parse, convert and validate one chunk; nothing is written here."""
+    raws = {number: raw for number, _, raw in chunk}
+    rejected = [(n, raw, str(v)) for n, v, raw in chunk if isinstance(v, RowError)]
+    decodable = [r for r in chunk if not isinstance(r[1], RowError)]
+    frames = [f for f in _parse_rows(fmt, decodable, ctx, rejected) if not f.empty]
+    frame = pd.concat(frames) if frames else pd.DataFrame(columns=fmt.columns)
     time_column = "timestamp" if fmt.table == "requests" else "bucket_start"
     unconvertible = frame[time_column].isna()
     for number in frame.index[unconvertible]:
@@ -114,8 +132,10 @@ def process_chunk(fmt: Format, chunk: list[Record], ctx: SourceContext) -> Chunk
     frame = frame[~repeated]
     good, failures = failures_by_row(_CONTRACTS[fmt.table], frame)
     rejected.extend((int(f.index), raws[int(f.index)], f.reason) for f in failures)
-    rejected.sort()
-    return ChunkResult(good, quarantine_frame(ctx.source, rejected), len(chunk), int(repeated.sum()))
+    rejected.sort(key=lambda r: r[0])
+    return ChunkResult(
+        good, quarantine_frame(ctx.source, rejected), len(chunk), int(repeated.sum())
+    )
 
 
 def ingest_file(
@@ -131,7 +151,9 @@ def ingest_file(
     started = time.perf_counter()
     fmt = resolve_format(path, format_name)
     source = str(path.resolve())
-    ctx = SourceContext(source=source, tenant=tenant, epoch=DEFAULT_EPOCH if epoch is None else epoch)
+    ctx = SourceContext(
+        source=source, tenant=tenant, epoch=DEFAULT_EPOCH if epoch is None else epoch
+    )
     report = FileReport(path=str(path), format=fmt.name, table=fmt.table)
     for chunk in _chunks(fmt.records(path), chunk_rows):
         result = process_chunk(fmt, chunk, ctx)

@@ -1,7 +1,9 @@
 """Read raw records out of files without ever crashing on what is inside them.
 
-Each reader yields `(row_number, value, raw)`: the 1-based line (or row) number, the decoded value
-or a `RowError` saying why the row cannot even be decoded, and the raw text for the quarantine.
+Each reader yields `(row_number, value, raw)`: the 1-based line (or row) number, the value (the
+line's bytes, its fields or a dict, by reader) or a `RowError` saying why the row cannot even be
+decoded, and the raw bytes, capped at RAW_LIMIT_BYTES, that the quarantine keeps and that derived
+ids are hashed from.
 Blank lines are not rows (a trailing newline must not become a quarantined row) and are skipped.
 """
 
@@ -22,7 +24,7 @@ from data_contracts.quarantine import RAW_LIMIT_BYTES
 # quarantined without being parsed, and only its first RAW_LIMIT_BYTES are kept.
 MAX_LINE_BYTES = 1024 * 1024
 
-Record = tuple[int, Any, str]
+Record = tuple[int, Any, bytes]
 
 
 class RowError(ValueError):
@@ -33,8 +35,9 @@ class InputError(ValueError):
     """The file as a whole cannot be ingested (unreadable, unknown format, wrong header)."""
 
 
-def _raw_text(data: bytes) -> str:
-    return data[:RAW_LIMIT_BYTES].decode("utf-8", errors="backslashreplace")
+def raw_text(raw: bytes) -> str:
+    """The quarantine's text of a raw row: invalid UTF-8 kept visible as backslash escapes."""
+    return raw.decode("utf-8", errors="backslashreplace")
 
 
 def _decode(data: bytes) -> str | RowError:
@@ -66,34 +69,40 @@ def _bounded_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[int, bytes
             yield number, line, length
 
 
-def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Record]:
-    """Lines of a text file, decoded as UTF-8; bad lines become `RowError` values."""
+def read_byte_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Record]:
+    """Lines as bytes (value and raw are the same object); over-long lines become `RowError`.
+
+    Decoding is left to the parser: orjson validates UTF-8 itself, and the fast path hands whole
+    chunks of lines to Arrow without touching them one by one in Python.
+    """
     for number, line, length in _bounded_lines(path, max_line_bytes):
         if length > max_line_bytes:
             reason = RowError(f"line too long: {length} bytes > {max_line_bytes}")
-            yield number, reason, _raw_text(line)
+            yield number, reason, line[:RAW_LIMIT_BYTES]
             continue
         line = line.rstrip(b"\r\n")
         if not line.strip():
             continue
-        yield number, _decode(line), _raw_text(line)
+        yield number, line, line
 
 
-def read_json_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Record]:
-    """JSON objects, one per line; a line that is not a JSON object becomes a `RowError`."""
-    for number, text, raw in read_lines(path, max_line_bytes):
-        if isinstance(text, RowError):
-            yield number, text, raw
-            continue
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError as err:
-            yield number, RowError(f"not valid JSON: {str(err).split(':')[0]}"), raw
-            continue
-        if not isinstance(value, dict):
-            yield number, RowError(f"not a JSON object: {type(value).__name__}"), raw
-            continue
-        yield number, value, raw
+def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Record]:
+    """Lines decoded as UTF-8; lines that are not text become `RowError` values."""
+    for number, line, raw in read_byte_lines(path, max_line_bytes):
+        yield number, (line if isinstance(line, RowError) else _decode(line)), raw
+
+
+def parse_json_object(line: bytes) -> dict[str, Any]:
+    """One JSON object from a line; `RowError` saying why when it is not one."""
+    if b"\x00" in line:
+        raise RowError("binary data: NUL byte in line")
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError as err:
+        raise RowError(f"not valid JSON: {str(err).split(':')[0]}") from None
+    if not isinstance(value, dict):
+        raise RowError(f"not a JSON object: {type(value).__name__}")
+    return value
 
 
 def read_simple_csv(
@@ -110,7 +119,9 @@ def read_simple_csv(
         raise InputError(f"{path}: no readable CSV header")
     got = [h.strip() for h in header[1].split(",")]
     if got != expected_header:
-        raise InputError(f"{path}: expected CSV header {','.join(expected_header)}, got {header[1][:200]}")
+        raise InputError(
+            f"{path}: expected CSV header {','.join(expected_header)}, got {header[1][:200]}"
+        )
     width = len(expected_header)
     for number, text, raw in lines:
         if isinstance(text, RowError):
@@ -143,13 +154,14 @@ def read_csv_records(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterat
             except csv.Error as err:
                 yield start, RowError(f"malformed CSV: {err}"), ""
                 continue
-            raw = ",".join(fields)
+            text = ",".join(fields)
             if not any(f.strip() for f in fields):
                 continue
-            if len(raw.encode()) > max_line_bytes:
-                yield start, RowError(f"row too long: > {max_line_bytes} bytes"), raw[:RAW_LIMIT_BYTES]
-            elif "\ufffd" in raw or "\x00" in raw:
-                yield start, RowError("not valid UTF-8 or binary data"), raw[:RAW_LIMIT_BYTES]
+            raw = text.encode()[:RAW_LIMIT_BYTES]
+            if len(text) > max_line_bytes:
+                yield start, RowError(f"row too long: > {max_line_bytes} bytes"), raw
+            elif "\ufffd" in text or "\x00" in text:
+                yield start, RowError("not valid UTF-8 or binary data"), raw
             elif len(fields) != len(header):
                 yield start, RowError(f"expected {len(header)} fields, got {len(fields)}"), raw
             else:
@@ -168,5 +180,4 @@ def read_parquet_records(path: Path, batch_rows: int = 65_536) -> Iterator[Recor
     for batch in source.iter_batches(batch_size=batch_rows):
         for row in batch.to_pylist():
             number += 1
-            raw = orjson.dumps(row, default=str).decode()
-            yield number, row, raw[:RAW_LIMIT_BYTES]
+            yield number, row, orjson.dumps(row, default=str)[:RAW_LIMIT_BYTES]
