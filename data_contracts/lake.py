@@ -257,15 +257,23 @@ class Lake:
         schema = ARROW_SCHEMAS[table]
         files = self.files(table)
         if not files:
-            return schema.empty_table().to_pandas()[list(columns or schema.names)]
+            empty = schema.empty_table().to_pandas(types_mapper=arrow_types)
+            return empty[list(columns or schema.names)]
         arrow = pa.concat_tables(pq.read_table(f, schema=schema, columns=columns) for f in files)
-        return arrow.to_pandas()
+        return arrow.to_pandas(types_mapper=arrow_types)
 
     def count(self, table: str) -> int:
         """Rows in a table, from the index (no file is opened)."""
         with closing(self._connect()) as db:
             row = db.execute("SELECT COALESCE(SUM(rows), 0) FROM batches WHERE tbl = ?", (table,))
             return int(row.fetchone()[0])
+
+
+def arrow_types(arrow_type: pa.DataType) -> pd.ArrowDtype | None:
+    """Keep text and list columns Arrow-backed when reading (the contracts' dtypes)."""
+    if pa.types.is_string(arrow_type) or pa.types.is_list(arrow_type):
+        return pd.ArrowDtype(arrow_type)
+    return None
 
 
 def _row_keys(frame: pd.DataFrame, columns: tuple[str, ...]) -> list[bytes]:

@@ -1,0 +1,52 @@
+"""Derived tables (features): recomputed from the lake and replaced whole, never appended.
+
+Each table is one Parquet file per granularity, replaced atomically (write to a temporary file,
+fsync, rename), so a reader sees the old version or the new one, never half of each.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data_contracts.demand import GRANULARITIES, DemandSeries
+from data_contracts.lake import ARROW_SCHEMAS, arrow_types
+from data_contracts.version import CONTRACT_VERSION
+
+
+def demand_path(features_dir: Path, granularity: str) -> Path:
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"unknown granularity {granularity!r}; choose from {list(GRANULARITIES)}")
+    return Path(features_dir) / "demand" / f"granularity={granularity}.parquet"
+
+
+def write_demand(features_dir: Path, granularity: str, frame: pd.DataFrame) -> Path:
+    """Validate `frame` against `DemandSeries` and atomically replace that granularity's file."""
+    frame = DemandSeries.validate(frame, lazy=True)
+    if not (frame["granularity"] == granularity).all():
+        raise ValueError(f"frame holds granularities other than {granularity!r}")
+    path = demand_path(features_dir, granularity)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(frame, schema=ARROW_SCHEMAS["demand"], preserve_index=False)
+    table = table.replace_schema_metadata({"preheat.contract": CONTRACT_VERSION})
+    tmp = path.with_suffix(".parquet.tmp")
+    with open(tmp, "wb") as sink:
+        pq.write_table(table, sink, compression="zstd")
+        sink.flush()
+        os.fsync(sink.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_demand(features_dir: Path, granularity: str) -> pd.DataFrame:
+    """One granularity's demand series, validated; an empty frame if not built yet."""
+    path = demand_path(features_dir, granularity)
+    if not path.is_file():
+        empty = ARROW_SCHEMAS["demand"].empty_table().to_pandas(types_mapper=arrow_types)
+        return DemandSeries.validate(empty)
+    table = pq.read_table(path, schema=ARROW_SCHEMAS["demand"])
+    return DemandSeries.validate(table.to_pandas(types_mapper=arrow_types), lazy=True)

@@ -1,0 +1,246 @@
+"""The `preheat` command line: the user interface and the measurement interface.
+
+Conventions (DESIGN.md, "The CLI contract"): machine-readable output (`--json`) goes to stdout as
+one JSON object; progress and human summaries go to stderr; a bad flag, file or format exits 2
+with one line saying what is wrong. Heavy imports (Prefect, pandas) happen inside commands so
+`preheat --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+
+from cache_runtime.settings import Settings, load_settings
+
+app = typer.Typer(
+    name="preheat",
+    help="Predictive cache warm-up for LLM serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+stderr = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_QUARANTINED = 3
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", help="TOML settings file (else preheat.toml if present).")
+]
+DataDirOption = Annotated[
+    Path | None, typer.Option("--data-dir", help="Override the data directory setting.")
+]
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit code attached."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _settings(config: Path | None, data_dir: Path | None) -> Settings:
+    from flows.runtime_env import configure_runtime_env
+
+    try:
+        settings = load_settings(config, **({"data_dir": data_dir} if data_dir else {}))
+    except FileNotFoundError as err:
+        raise CliError(str(err)) from None
+    except ValueError as err:  # pydantic's ValidationError is a ValueError
+        first = str(err).splitlines()
+        raise CliError(f"invalid settings: {' '.join(first[:3])}") from None
+    configure_runtime_env(settings)
+    return settings
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Log files: JSONL, CSV or Parquet.")],
+    format_name: Annotated[
+        str, typer.Option("--format", help="auto|jsonl|mooncake|azure|servegen|prompts")
+    ] = "auto",
+    tenant: Annotated[str, typer.Option(help="Tenant for rows that do not name one.")] = "default",
+    epoch: Annotated[
+        str | None, typer.Option(help="Start time for traces with relative timestamps (ISO 8601).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object to stdout.")] = False,
+    strict: Annotated[bool, typer.Option(help="Exit 3 when any row was quarantined.")] = False,
+    config: ConfigOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Validate log files into the lake; bad rows go to quarantine with their reason."""
+    from flows.ingest.detect import FORMAT_NAMES, resolve_format
+    from flows.ingest.readers import InputError
+
+    settings = _settings(config, data_dir)
+    if format_name not in FORMAT_NAMES:
+        raise CliError(f"unknown --format {format_name!r}; choose one of {', '.join(FORMAT_NAMES)}")
+    try:
+        for path in paths:  # check every file before ingesting any: all or nothing on bad input
+            resolve_format(path, format_name)
+    except InputError as err:
+        raise CliError(str(err)) from None
+    stamp = _parse_epoch(epoch)
+    summary = _run_ingest(paths, settings.data_dir, format_name, tenant, stamp)
+    if as_json:
+        sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+    else:
+        _print_ingest_summary(summary)
+    if summary["quarantined"]:
+        stderr.print(
+            f"warning: {summary['quarantined']} rows quarantined "
+            f"(see {settings.data_dir / 'lake' / 'quarantine'})"
+        )
+        if strict:
+            raise typer.Exit(EXIT_QUARANTINED)
+
+
+def _parse_epoch(epoch: str | None):  # noqa: ANN202 (pandas imported lazily)
+    import pandas as pd
+
+    if epoch is None:
+        return None
+    try:
+        stamp = pd.Timestamp(epoch)
+    except ValueError:
+        raise CliError(f"--epoch {epoch!r} is not an ISO 8601 time") from None
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def _run_ingest(paths, data_dir, format_name, tenant, epoch) -> dict:  # noqa: ANN001
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from data_contracts.lake import Lake
+    from flows.ingest.pipeline import ingest_file
+    from flows.ingest.readers import InputError
+
+    started = time.perf_counter()
+    lake = Lake(Path(data_dir) / "lake")
+    reports = []
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rows]} rows"))
+    with Progress(*columns, TimeElapsedColumn(), console=stderr, transient=True) as progress:
+        for path in paths:
+            size = max(path.stat().st_size, 1)
+            job = progress.add_task(path.name, total=size, rows=0)
+
+            def on_chunk(report, job=job, size=size) -> None:  # noqa: ANN001
+                progress.update(job, rows=report.read, completed=min(size, report.read))
+
+            try:
+                report = ingest_file(path, lake, format_name, tenant, epoch, on_chunk=on_chunk)
+            except InputError as err:
+                raise CliError(str(err)) from None
+            progress.update(job, completed=size)
+            reports.append(report.to_dict())
+    totals = {
+        k: sum(int(r[k]) for r in reports)
+        for k in ("read", "accepted", "quarantined", "duplicates", "written")
+    }
+    return {"files": reports, **totals, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _print_ingest_summary(summary: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title="ingested", title_justify="left")
+    for column in ("file", "format", "read", "accepted", "quarantined", "new", "seconds"):
+        table.add_column(column, justify="right" if column not in ("file", "format") else "left")
+    for r in summary["files"]:
+        table.add_row(
+            Path(r["path"]).name, r["format"], str(r["read"]), str(r["accepted"]),
+            str(r["quarantined"]), str(r["written"]), f"{r['seconds']:.2f}",
+        )  # fmt: skip
+    stderr.print(table)
+
+
+@app.command()
+def features(config: ConfigOption = None, data_dir: DataDirOption = None) -> None:
+    """Rebuild per-key demand series (5 s, 3 min, 1 h) from the lake; prints rows per scale."""
+    settings = _settings(config, data_dir)
+    from flows.features.flow import build_demand_task
+
+    with stderr.status("building demand features"):
+        rows = build_demand_task.fn(str(settings.data_dir))
+    sys.stdout.write(orjson.dumps(rows).decode() + "\n")
+
+
+@app.command("ingest-stream")
+def ingest_stream(
+    max_batches: Annotated[int | None, typer.Option(help="Stop after this many batches.")] = None,
+    consumer: Annotated[str, typer.Option(help="Consumer name within the group.")] = "ingest-1",
+    config: ConfigOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Drain the live request stream (settings.redis_url) into the lake; prints the totals."""
+    settings = _settings(config, data_dir)
+    if not settings.redis_url:
+        raise CliError("ingest-stream needs PREHEAT_REDIS_URL (or redis_url in the config file)")
+    import redis
+
+    from data_contracts.lake import Lake
+    from flows.ingest.stream import StreamConsumer
+
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    try:
+        reader = StreamConsumer(
+            client, Lake(settings.data_dir / "lake"), settings.request_stream, consumer
+        )
+        reader.ensure_group()
+        totals = reader.drain(max_batches=max_batches)
+    except redis.RedisError as err:
+        raise CliError(f"redis at {settings.redis_url}: {err}") from None
+    finally:
+        client.close()
+    sys.stdout.write(orjson.dumps(vars(totals)).decode() + "\n")
+
+
+@app.command()
+def demo(
+    log: Annotated[
+        Path | None, typer.Option(help="Your own request log instead of the generated one.")
+    ] = None,
+    days: Annotated[float, typer.Option(min=0.1, max=30, help="Days of generated traffic.")] = 2.0,
+    config: ConfigOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Run the whole pipeline on embedded defaults and print a summary."""
+    settings = _settings(config, data_dir)
+    from flows.demo import run_demo
+
+    if log is not None and not log.is_file():
+        raise CliError(f"{log}: no such file")
+    run_demo(settings, log=log, days=days, console=stderr)
+
+
+def main() -> None:
+    """Entry point: every usage or input error becomes one line on stderr and exit code 2."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(standalone_mode=False, prog_name="preheat")
+        code = result if isinstance(result, int) else 0
+    except typer.Exit as done:
+        code = done.exit_code
+    except typer.TyperException as err:  # click's errors: bad flag, missing argument, bad value
+        ctx = getattr(err, "ctx", None)
+        if type(err).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help())
+            code = 0
+        else:
+            print(f"preheat: error: {err.format_message()}", file=sys.stderr)
+            code = EXIT_BAD_INPUT
+    except CliError as err:
+        print(f"preheat: error: {err}", file=sys.stderr)
+        code = err.code
+    except (typer.Abort, KeyboardInterrupt):
+        print("preheat: aborted", file=sys.stderr)
+        code = 130
+    sys.exit(code)
