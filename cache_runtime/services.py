@@ -94,8 +94,11 @@ class RedisServer:
                     err = (self._process.stderr.read() if self._process.stderr else b"").decode()
                     raise RedisStartError(f"redis-server exited: {err.strip()[:300]}")
                 try:
-                    if client.ping():
+                    # PING alone could be answered by another server already on this port; the
+                    # pid proves it is ours.
+                    if client.info("server")["process_id"] == self._process.pid:
                         return
+                    time.sleep(0.02)
                 except redis.ConnectionError:
                     time.sleep(0.02)  # polling interval, not a blind wait: we re-check PING
             self.stop()

@@ -208,7 +208,8 @@ class Mooncake(Format):
         if value.keys() != self._fields:
             missing = sorted(self._fields - value.keys())
             extra = sorted(value.keys() - self._fields)
-            raise RowError(f"fields: missing {missing}, unexpected {extra}")
+            problems = [f"missing {missing}"] * bool(missing) + [f"unexpected {extra}"] * bool(extra)
+            raise RowError(f"fields: {', '.join(problems)}")
         stamp = value["timestamp"]
         if type(stamp) not in (int, float):
             raise RowError(f"timestamp: expected number of ms, got {type(stamp).__name__}")

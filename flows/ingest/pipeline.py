@@ -112,6 +112,8 @@ def _parse_rows(
             rejected.append((number, raw, str(err)))
             continue
         numbers.append(number)
+    if not rows:
+        return []
     frame = pd.DataFrame.from_records(rows, columns=fmt.columns, index=numbers)
     return [fmt.finalize(frame, ctx)]
 

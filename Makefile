@@ -1,0 +1,34 @@
+# The two commands of README: `make demo` and `make test`. Both create or reuse .venv.
+# The install step re-runs only when pyproject.toml or constraints.txt change (the stamp file).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.preheat-installed
+# A CUDA build of torch: make demo TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+# (on a fresh .venv; see README, "GPU").
+TORCH_INDEX_URL ?=
+
+.PHONY: demo test lint install
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Preheat needs Python 3.11; set PYTHON=/path/to/python3.11")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# torch first, pinned by constraints.txt, so no other package can pull a different build
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		$(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL) --extra-index-url https://pypi.org/simple) \
+		torch==2.13.0
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/preheat demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .

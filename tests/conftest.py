@@ -1,0 +1,86 @@
+"""Shared fixtures: a real redis-server per session, temp lakes, small generated data.
+
+Prefect and MLflow read their settings at import: the environment is fixed here, before any test
+module imports them, so tests never touch the user's ~/.prefect or send telemetry.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_STATE = tempfile.mkdtemp(prefix="preheat-tests-")
+os.environ["PREFECT_HOME"] = os.path.join(_STATE, "prefect")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["DO_NOT_TRACK"] = "1"
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
+os.environ.pop("PREHEAT_REDIS_URL", None)
+os.environ.pop("PREHEAT_CONFIG", None)
+
+from cache_runtime.services import RedisServer  # noqa: E402
+from data_contracts.lake import Lake  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real redis-server on a free loopback port, for the whole session."""
+    with RedisServer() as server:
+        yield server.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str):  # noqa: ANN201
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=2)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Lake:
+    return Lake(tmp_path / "lake")
+
+
+@pytest.fixture(scope="session")
+def small_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated generic-format log of ~1,500 requests over two hours."""
+    from flows.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
+
+    path = tmp_path_factory.mktemp("logs") / "requests.jsonl"
+    write_synthetic_log(path, SyntheticLogSpec(days=2 / 24, requests_per_day=18_000, bursts=1))
+    return path
+
+
+@pytest.fixture(scope="session")
+def mooncake_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Mooncake-format trace the project writes itself (tests run without ../shared)."""
+    import random
+
+    import orjson
+
+    rng = random.Random(3)
+    path = tmp_path_factory.mktemp("traces") / "mooncake_like.jsonl"
+    lines, next_id, roots = [], 0, []
+    for i in range(1200):
+        shared = rng.choice(roots) if roots and rng.random() < 0.6 else []
+        own = list(range(next_id, next_id + rng.randint(1, 6)))
+        next_id += len(own)
+        hashes = shared + own
+        if len(roots) < 30:
+            roots.append(hashes[:2])
+        record = {
+            "timestamp": i * 250 + rng.randint(0, 200),
+            "input_length": len(hashes) * 512 - rng.randint(0, 511),
+            "output_length": rng.randint(1, 500),
+            "hash_ids": hashes,
+        }
+        lines.append(orjson.dumps(record))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path

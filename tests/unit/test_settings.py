@@ -1,0 +1,55 @@
+"""Settings: defaults, environment over TOML file, validation errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from cache_runtime.settings import load_settings
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings()
+    assert settings.data_dir == Path("data")
+    assert settings.redis_url is None
+    assert settings.mlflow_uri == "sqlite:///mlruns/mlflow.db"
+
+
+def test_toml_file_then_env_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "preheat.toml"
+    config.write_text('data_dir = "/srv/preheat"\nredis_url = "redis://cache:6379/2"\n')
+    settings = load_settings(config)
+    assert settings.data_dir == Path("/srv/preheat")
+    assert settings.redis_url == "redis://cache:6379/2"
+    monkeypatch.setenv("PREHEAT_DATA_DIR", "/env/wins")
+    assert load_settings(config).data_dir == Path("/env/wins")
+    assert load_settings(config, data_dir=Path("/arg/wins")).data_dir == Path("/arg/wins")
+
+
+def test_implicit_toml_in_working_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "preheat.toml").write_text("request_stream_maxlen = 500\n")
+    assert load_settings().request_stream_maxlen == 500
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('redis_url = "http://localhost"\n', "must start with redis://"),
+        ("request_stream_maxlen = 0\n", "greater than 0"),
+        ("data_dri = 'x'\n", "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_settings_name_the_field(tmp_path: Path, toml: str, message: str) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(toml)
+    with pytest.raises(ValidationError, match=message):
+        load_settings(config)
+
+
+def test_missing_explicit_config_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="config file not found"):
+        load_settings(tmp_path / "nope.toml")
