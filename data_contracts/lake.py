@@ -217,7 +217,14 @@ class Lake:
         table, partition, batch = pending.stem.split("__")
         target_dir = self.root / table / partition
         target_dir.mkdir(parents=True, exist_ok=True)
-        os.replace(pending, target_dir / f"part-{batch}.parquet")
+        target = target_dir / f"part-{batch}.parquet"
+        try:
+            os.replace(pending, target)
+        except FileNotFoundError:
+            # The writer publishes after releasing the lock, so another process's `_recover` may
+            # have published this committed file first. Only a missing target is an error.
+            if not target.exists():
+                raise
         _fsync_dir(target_dir)
 
     def _recover(self, db: sqlite3.Connection) -> None:

@@ -72,7 +72,9 @@ def ingest(
     epoch: Annotated[
         str | None, typer.Option(help="Start time for traces with relative timestamps (ISO 8601).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object to stdout.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object to stdout.")
+    ] = False,
     strict: Annotated[bool, typer.Option(help="Exit 3 when any row was quarantined.")] = False,
     config: ConfigOption = None,
     data_dir: DataDirOption = None,
@@ -104,7 +106,7 @@ def ingest(
             raise typer.Exit(EXIT_QUARANTINED)
 
 
-def _parse_epoch(epoch: str | None):  # noqa: ANN202 (pandas imported lazily)
+def _parse_epoch(epoch: str | None):
     import pandas as pd
 
     if epoch is None:
@@ -116,7 +118,7 @@ def _parse_epoch(epoch: str | None):  # noqa: ANN202 (pandas imported lazily)
     return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
 
 
-def _run_ingest(paths, data_dir, format_name, tenant, epoch) -> dict:  # noqa: ANN001
+def _run_ingest(paths, data_dir, format_name, tenant, epoch) -> dict:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from data_contracts.lake import Lake
@@ -126,13 +128,17 @@ def _run_ingest(paths, data_dir, format_name, tenant, epoch) -> dict:  # noqa: A
     started = time.perf_counter()
     lake = Lake(Path(data_dir) / "lake")
     reports = []
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rows]} rows"))
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[rows]} rows"),
+    )
     with Progress(*columns, TimeElapsedColumn(), console=stderr, transient=True) as progress:
         for path in paths:
             size = max(path.stat().st_size, 1)
             job = progress.add_task(path.name, total=size, rows=0)
 
-            def on_chunk(report, job=job, size=size) -> None:  # noqa: ANN001
+            def on_chunk(report, job=job, size=size) -> None:
                 progress.update(job, rows=report.read, completed=min(size, report.read))
 
             try:

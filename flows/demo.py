@@ -30,7 +30,11 @@ def _stream_live_traffic(settings: Settings, spec: SyntheticLogSpec, console: Co
     from flows.ingest.flow import ingest_stream_flow
 
     live_spec = replace(
-        spec, days=1 / 24, seed=spec.seed + 1, bursts=0, start=spec.start + pd.Timedelta(days=spec.days)
+        spec,
+        days=1 / 24,
+        seed=spec.seed + 1,
+        bursts=0,
+        start=spec.start + pd.Timedelta(days=spec.days),
     )
     live = generate_requests(live_spec)
     with RedisHandle(settings.redis_url) as url:
@@ -46,7 +50,9 @@ def _stream_live_traffic(settings: Settings, spec: SyntheticLogSpec, console: Co
                 timestamp=pd.Timestamp(record["timestamp"]).timestamp(),
             )
         producer.close()
-        console.print(f"live: {producer.stats.sent} requests sent to stream {settings.request_stream}")
+        console.print(
+            f"live: {producer.stats.sent} requests sent to stream {settings.request_stream}"
+        )
         totals = ingest_stream_flow(
             redis_url=url, data_dir=str(settings.data_dir), stream=settings.request_stream
         )
@@ -71,9 +77,7 @@ def _summary_tables(lake: Lake, settings: Settings, console: Console) -> dict:
     burst = keyed.loc[keyed["count"].idxmax()] if len(keyed) else None
     hourly = read_demand(features_dir, "1h")
     totals = hourly[hourly["key"] == "__total__"].groupby("bucket_start")["count"].sum()
-    top = (
-        keyed.groupby(["tenant", "key"], observed=True)["count"].sum().nlargest(5).reset_index()
-    )
+    top = keyed.groupby(["tenant", "key"], observed=True)["count"].sum().nlargest(5).reset_index()
     table = Table(title="top keys by demand", title_justify="left")
     for column in ("tenant", "key", "requests"):
         table.add_column(column, justify="right" if column == "requests" else "left")
@@ -81,15 +85,19 @@ def _summary_tables(lake: Lake, settings: Settings, console: Console) -> dict:
         table.add_row(str(row.tenant), str(row.key), f"{row.count:.0f}")
     console.print(table)
     return {
-        "requests": int(len(requests)),
+        "requests": len(requests),
         "tenants": {str(k): int(v) for k, v in by_tenant.items()},
         "quarantined": lake.count("quarantine"),
-        "feature_rows": {g: int(len(read_demand(features_dir, g))) for g in ("5s", "3min", "1h")},
+        "feature_rows": {g: len(read_demand(features_dir, g)) for g in ("5s", "3min", "1h")},
         "peak_hour_to_trough_ratio": round(float(totals.max() / max(totals.min(), 1)), 2),
         "largest_5s_burst": None
         if burst is None
-        else {"tenant": str(burst["tenant"]), "key": str(burst["key"]), "count": int(burst["count"]),
-              "at": burst["bucket_start"].isoformat()},  # fmt: skip
+        else {
+            "tenant": str(burst["tenant"]),
+            "key": str(burst["key"]),
+            "count": int(burst["count"]),
+            "at": burst["bucket_start"].isoformat(),
+        },
     }
 
 

@@ -34,7 +34,7 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def redis_client(redis_url: str):  # noqa: ANN201
+def redis_client(redis_url: str):
     import redis
 
     client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=2)

@@ -52,9 +52,11 @@ def demand_series(
     for granularity in granularities:
         buckets = _bucket(requests["timestamp"], GRANULARITIES[granularity])
         frame = pd.DataFrame({"tenant": requests["tenant"], "key": keys, "bucket_start": buckets})
-        per_key = frame.dropna(subset=["key"]).groupby(
-            ["tenant", "key", "bucket_start"], observed=True
-        ).size()
+        per_key = (
+            frame.dropna(subset=["key"])
+            .groupby(["tenant", "key", "bucket_start"], observed=True)
+            .size()
+        )
         total = frame.groupby(["tenant", "bucket_start"], observed=True).size()
         total.index = pd.MultiIndex.from_arrays(
             [

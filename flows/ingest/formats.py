@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from data_contracts import GRANULARITIES
-from data_contracts.dtypes import STRING
 from data_contracts.lake import ARROW_SCHEMAS
 from flows.ingest.readers import (
     InputError,
@@ -181,7 +180,9 @@ class Mooncake(Format):
         )
         n = len(lines)
         ids = pd.arrays.ArrowExtensionArray(
-            pa.array([ctx.derived_id(self.name, i, line) for i, line in zip(numbers, lines, strict=True)])
+            pa.array(
+                [ctx.derived_id(self.name, i, line) for i, line in zip(numbers, lines, strict=True)]
+            )
         )
         no_text = pd.arrays.ArrowExtensionArray(pa.nulls(n, pa.string()))
         frame = pd.DataFrame(
@@ -208,7 +209,9 @@ class Mooncake(Format):
         if value.keys() != self._fields:
             missing = sorted(self._fields - value.keys())
             extra = sorted(value.keys() - self._fields)
-            problems = [f"missing {missing}"] * bool(missing) + [f"unexpected {extra}"] * bool(extra)
+            problems = [f"missing {missing}"] * bool(missing) + [f"unexpected {extra}"] * bool(
+                extra
+            )
             raise RowError(f"fields: {', '.join(problems)}")
         stamp = value["timestamp"]
         if type(stamp) not in (int, float):

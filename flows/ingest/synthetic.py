@@ -34,6 +34,9 @@ SLOT_WORDS = ("revenue", "EBITDA", "coupon", "maturity", "ISIN", "swap", "hedge"
               "liquidity", "tranche", "spread", "dividend", "collateral", "invoice")  # fmt: skip
 
 
+DEFAULT_START = pd.Timestamp("2024-03-04T00:00:00Z")  # a Monday
+
+
 @dataclass(frozen=True)
 class SyntheticLogSpec:
     """Knobs of the generated log; the defaults make ~30k requests over two days."""
@@ -47,7 +50,7 @@ class SyntheticLogSpec:
     bursts: int = 6
     burst_minutes: float = 10.0
     burst_factor: float = 12.0
-    start: pd.Timestamp = pd.Timestamp("2024-03-04T00:00:00Z")
+    start: pd.Timestamp = DEFAULT_START
     seed: int = 7
 
 
@@ -68,7 +71,7 @@ def _arrival_seconds(spec: SyntheticLogSpec, rng: np.random.Generator) -> np.nda
 
 def _template_choice(spec: SyntheticLogSpec, rng: np.random.Generator, n: int) -> np.ndarray:
     ranks = np.arange(1, spec.templates_per_tenant + 1)
-    weights = ranks ** -spec.zipf_s
+    weights = ranks**-spec.zipf_s
     return rng.choice(spec.templates_per_tenant, size=n, p=weights / weights.sum())
 
 
@@ -80,7 +83,9 @@ def _bursts(spec: SyntheticLogSpec, rng: np.random.Generator) -> pd.DataFrame:
         start = rng.uniform(0, horizon - spec.burst_minutes * 60)
         tenant = int(rng.choice(len(spec.tenants), p=np.array(spec.tenant_weights)))
         template = int(rng.integers(0, spec.templates_per_tenant))
-        usual = spec.requests_per_day / 86_400 * spec.tenant_weights[tenant] / spec.templates_per_tenant
+        usual = (
+            spec.requests_per_day / 86_400 * spec.tenant_weights[tenant] / spec.templates_per_tenant
+        )
         count = rng.poisson(usual * spec.burst_factor * 20 * spec.burst_minutes * 60)
         for second in np.sort(rng.uniform(start, start + spec.burst_minutes * 60, count)):
             rows.append((second, tenant, template))
@@ -102,7 +107,9 @@ def generate_requests(spec: SyntheticLogSpec = SyntheticLogSpec()) -> list[dict]
     bursts = _bursts(spec, rng)
     arrivals = pd.concat([base, bursts]) if len(bursts) else base
     arrivals = arrivals.sort_values("second", ignore_index=True)
-    system_blocks = {t: rng.integers(0, 30_000, size=(3, BLOCK_TOKENS)) for t in range(len(spec.tenants))}
+    system_blocks = {
+        t: rng.integers(0, 30_000, size=(3, BLOCK_TOKENS)) for t in range(len(spec.tenants))
+    }
     records = []
     session_of: dict[int, tuple[str, float]] = {}
     template_hashes: dict[int, list[int]] = {}  # system prompt + instruction, shared by a template

@@ -26,7 +26,12 @@ def main() -> None:
 
     client = redis.Redis.from_url(url)
     consumer = StreamConsumer(
-        client, Lake(Path(lake_dir)), stream, "victim", batch_size=400, after_write=wait_to_be_killed
+        client,
+        Lake(Path(lake_dir)),
+        stream,
+        "victim",
+        batch_size=400,
+        after_write=wait_to_be_killed,
     )
     consumer.ensure_group()
     consumer.run_once(block_ms=5000)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from cache_runtime.services import RedisHandle, RedisServer, find_redis_server
+from cache_runtime.services import RedisHandle, RedisServer, RedisStartError, find_redis_server
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +48,9 @@ def test_handle_uses_configured_url_and_starts_nothing(redis_url: str) -> None:
 
 
 def test_startup_failure_is_reported(tmp_path: Path) -> None:
-    with RedisServer() as first:  # a port already taken makes the second server exit
-        with pytest.raises(Exception, match="redis-server exited|did not answer"):
-            RedisServer(port=first.port, startup_timeout_s=5).start()
+    # A port already taken: the second server exits, and the first one's PING must not fool us.
+    with (
+        RedisServer() as first,
+        pytest.raises(RedisStartError, match=r"redis-server exited|did not answer"),
+    ):
+        RedisServer(port=first.port, startup_timeout_s=5).start()

@@ -34,7 +34,7 @@ def produce(client: redis.Redis, stream: str, n: int, **kwargs: object) -> Reque
     return producer
 
 
-def wait_for(predicate, timeout_s: float = 60.0) -> None:  # noqa: ANN001
+def wait_for(predicate, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
@@ -82,7 +82,9 @@ def test_killed_consumer_mid_batch_loses_and_duplicates_nothing(
 
 
 def test_malformed_entries_are_quarantined_and_acked(redis_client: redis.Redis, lake: Lake) -> None:
-    redis_client.xadd("s3", {"r": b'{"timestamp": 1709510400, "prompt_tokens": "x", "output_tokens": 1}'})
+    redis_client.xadd(
+        "s3", {"r": b'{"timestamp": 1709510400, "prompt_tokens": "x", "output_tokens": 1}'}
+    )
     redis_client.xadd("s3", {"other": b"field"})
     redis_client.xadd("s3", {"r": b"\xff\xfe"})
     consumer = StreamConsumer(redis_client, lake, "s3", "c1")

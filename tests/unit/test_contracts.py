@@ -161,13 +161,20 @@ def test_good_demand_series_passes() -> None:
         ({"count": [3.0, -1.0, 4.0]}, ("count", "greater_than_or_equal_to(0)", 1)),
         ({"granularity": ["3min", "7min", "3min"]}, ("granularity", "isin", 1)),
         (
-            {"bucket_start": pd.to_datetime(["2024-03-04T00:00:00Z", "2024-03-04T00:04:00Z",
-                                             "2024-03-04T00:00:00Z"])},  # fmt: skip
+            {
+                "bucket_start": pd.to_datetime(
+                    ["2024-03-04T00:00:00Z", "2024-03-04T00:04:00Z", "2024-03-04T00:00:00Z"]
+                )
+            },
             (None, "bucket_start_aligned_to_granularity", 1),
         ),
-        ({"key": ["template:t1", "template:t1", "template:t1"],
-          "bucket_start": pd.Timestamp("2024-03-04T00:00:00Z")},  # fmt: skip
-         (None, "one_row_per_bucket", 1)),
+        (
+            {
+                "key": ["template:t1", "template:t1", "template:t1"],
+                "bucket_start": pd.Timestamp("2024-03-04T00:00:00Z"),
+            },
+            (None, "one_row_per_bucket", 1),
+        ),
     ],
 )
 def test_bad_demand_series(overrides: dict, expected: tuple) -> None:

@@ -27,7 +27,12 @@ def frame(rows: list[dict]) -> pd.DataFrame:
 def test_key_precedence_template_then_prefix_then_route() -> None:
     requests = frame(
         [
-            {"timestamp": "2024-03-04T00:00:00Z", "template_id": "t1", "prefix_hashes": [9], "route": "/a"},
+            {
+                "timestamp": "2024-03-04T00:00:00Z",
+                "template_id": "t1",
+                "prefix_hashes": [9],
+                "route": "/a",
+            },
             {"timestamp": "2024-03-04T00:00:01Z", "prefix_hashes": [-9, 4], "route": "/a"},
             {"timestamp": "2024-03-04T00:00:02Z", "route": "/a"},
             {"timestamp": "2024-03-04T00:00:03Z"},

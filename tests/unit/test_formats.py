@@ -26,9 +26,16 @@ from flows.ingest.readers import InputError, RowError, read_byte_lines
 CTX = SourceContext(source="/logs/trace.jsonl", tenant="acme")
 
 
-def mooncake_line(ts: float = 1000, inp: object = 600, out: object = 7, ids: object = None) -> bytes:
+def mooncake_line(
+    ts: float = 1000, inp: object = 600, out: object = 7, ids: object = None
+) -> bytes:
     return orjson.dumps(
-        {"timestamp": ts, "input_length": inp, "output_length": out, "hash_ids": [1, 2] if ids is None else ids}
+        {
+            "timestamp": ts,
+            "input_length": inp,
+            "output_length": out,
+            "hash_ids": [1, 2] if ids is None else ids,
+        }
     )
 
 
@@ -50,8 +57,10 @@ def test_derived_ids_are_stable_and_distinguish_name_line_and_content() -> None:
         (mooncake_line(ids=[2**63]), "hash_ids: hash outside the signed 64-bit range"),
         (mooncake_line(ts="0"), "timestamp: expected number of ms, got str"),
         (b'{"timestamp": 1, "input_length": 5}', "fields: missing ['hash_ids', 'output_length']"),
-        (b'{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [1], "x": 0}',
-         "fields: unexpected ['x']"),  # fmt: skip
+        (
+            b'{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [1], "x": 0}',
+            "fields: unexpected ['x']",
+        ),
         (b'{"timestamp": 1, "input_le', "not valid JSON: unexpected end of data"),
         (b"[1, 2, 3]", "not a JSON object: list"),
         (b"\xff\xfe\x00garbage", "binary data: NUL byte in line"),
@@ -64,19 +73,28 @@ def test_mooncake_rejects_with_reason(line: bytes, reason: str) -> None:
 
 
 def test_mooncake_fast_path_refuses_what_the_slow_path_rejects() -> None:
-    bad_lines = [mooncake_line(inp="600"), mooncake_line(inp=6.5), b'{"timestamp": 1}',
-                 mooncake_line(ids=[1, True]), mooncake_line() + b" " + mooncake_line()]  # fmt: skip
+    bad_lines = [
+        mooncake_line(inp="600"),
+        mooncake_line(inp=6.5),
+        b'{"timestamp": 1}',
+        mooncake_line(ids=[1, True]),
+        mooncake_line() + b" " + mooncake_line(),
+    ]  # fmt: skip
     for bad in bad_lines:
         with pytest.raises(FastPathMiss):
             Mooncake().fast_frame([1, 2], [mooncake_line(), bad], CTX)
 
 
 def test_fast_and_slow_paths_produce_the_same_rows() -> None:
-    lines = [mooncake_line(ts=i * 10, inp=100 + i, ids=[i, i + 1] if i % 3 else []) for i in range(50)]
+    lines = [
+        mooncake_line(ts=i * 10, inp=100 + i, ids=[i, i + 1] if i % 3 else []) for i in range(50)
+    ]
     records = [(i + 1, line, line) for i, line in enumerate(lines)]
     fast = RequestLog.validate(Mooncake().fast_frame([r[0] for r in records], lines, CTX))
     slow_rows = [Mooncake().parse(line, n, line, CTX) for n, line, _ in records]
-    slow = pd.DataFrame.from_records(slow_rows, columns=Mooncake.columns, index=[r[0] for r in records])
+    slow = pd.DataFrame.from_records(
+        slow_rows, columns=Mooncake.columns, index=[r[0] for r in records]
+    )
     slow = RequestLog.validate(Mooncake().finalize(slow, CTX))
     pd.testing.assert_frame_equal(fast, slow)
     assert fast["prefix_hashes"].isna().sum() == 17  # empty hash lists become null
@@ -100,7 +118,9 @@ def test_relative_to_epoch_marks_out_of_range_as_nat() -> None:
 
 
 def test_parse_timestamps_accepts_iso_and_epoch_seconds() -> None:
-    got = parse_timestamps(pd.Series(["2024-03-04T10:00:00Z", "2024-03-04 10:00:00", 1709546400, "x", None]))
+    got = parse_timestamps(
+        pd.Series(["2024-03-04T10:00:00Z", "2024-03-04 10:00:00", 1709546400, "x", None])
+    )
     expected = pd.Timestamp("2024-03-04T10:00:00Z")
     assert list(got[:3]) == [expected] * 3
     assert got[3] is pd.NaT and got[4] is pd.NaT
@@ -109,15 +129,21 @@ def test_parse_timestamps_accepts_iso_and_epoch_seconds() -> None:
 def test_generic_rejects_unknown_fields_and_missing_required() -> None:
     fmt = Generic("jsonl")
     with pytest.raises(RowError, match=r"unknown fields \['promt'\]"):
-        fmt.parse(b'{"timestamp": 1, "prompt_tokens": 1, "output_tokens": 1, "promt": "x"}', 1, b"", CTX)
+        fmt.parse(
+            b'{"timestamp": 1, "prompt_tokens": 1, "output_tokens": 1, "promt": "x"}', 1, b"", CTX
+        )
     with pytest.raises(RowError, match="output_tokens: missing"):
         fmt.parse(b'{"timestamp": 1, "prompt_tokens": 1}', 1, b"", CTX)
     with pytest.raises(RowError, match="tenant: expected string, got int"):
-        fmt.parse(b'{"timestamp": 1, "prompt_tokens": 1, "output_tokens": 1, "tenant": 5}', 1, b"", CTX)
+        fmt.parse(
+            b'{"timestamp": 1, "prompt_tokens": 1, "output_tokens": 1, "tenant": 5}', 1, b"", CTX
+        )
 
 
 def test_generic_fills_defaults() -> None:
-    row = Generic("jsonl").parse(b'{"timestamp": 1, "prompt_tokens": 2, "output_tokens": 3}', 9, b"r", CTX)
+    row = Generic("jsonl").parse(
+        b'{"timestamp": 1, "prompt_tokens": 2, "output_tokens": 3}', 9, b"r", CTX
+    )
     record = dict(zip(Generic.columns, row, strict=True))
     assert record["tenant"] == "acme" and record["priority"] == 5
     assert record["request_id"] == CTX.derived_id("jsonl", 9, b"r") == record["session_id"]
@@ -128,7 +154,13 @@ def test_azure_and_servegen_rows() -> None:
     assert row[5:7] == (4808, 10)
     with pytest.raises(RowError, match="ContextTokens: expected integer"):
         Azure().parse(["2023-11-16 18:17:03", "4.5", "10"], 2, b"", CTX)
-    assert ServeGen().parse(["600", "1.5", "55"], 3, b"", CTX) == ("acme", "__total__", "10min", 600, 900.0)
+    assert ServeGen().parse(["600", "1.5", "55"], 3, b"", CTX) == (
+        "acme",
+        "__total__",
+        "10min",
+        600,
+        900.0,
+    )
     with pytest.raises(RowError, match="not a multiple of 600"):
         ServeGen().parse(["601", "1.5", "55"], 3, b"", CTX)
     with pytest.raises(RowError, match="expected finite number"):
@@ -171,7 +203,9 @@ def test_auto_detection(tmp_path: Path, name: str, content: bytes, expected: str
         ("a.jsonl", b"{}", "parquetish", "unknown format 'parquetish'"),
     ],
 )
-def test_detection_errors(tmp_path: Path, name: str, content: bytes, fmt: str, message: str) -> None:
+def test_detection_errors(
+    tmp_path: Path, name: str, content: bytes, fmt: str, message: str
+) -> None:
     path = tmp_path / name
     path.write_bytes(content)
     with pytest.raises(InputError, match=message):

@@ -43,7 +43,10 @@ def test_corrupted_copy_keeps_invariant_and_says_why(
     assert report.accepted + report.quarantined == report.read == 1200
     assert report.quarantined == len(kinds)
     quarantine = QuarantineRow.validate(lake.read("quarantine"))
-    assert dict(zip(quarantine["row_number"], quarantine["reason"], strict=True)).keys() == kinds.keys()
+    assert (
+        dict(zip(quarantine["row_number"], quarantine["reason"], strict=True)).keys()
+        == kinds.keys()
+    )
     expected_reason = {
         "truncated": ("not valid JSON",),
         "binary": ("not valid UTF-8", "binary data: NUL byte"),
@@ -64,7 +67,11 @@ def test_reingest_adds_nothing(mooncake_like: Path, lake: Lake, tmp_path: Path) 
     corrupt_jsonl(mooncake_like, bad, fraction=0.05, seed=2)
     first = ingest_file(bad, lake, "mooncake")
     second = ingest_file(bad, lake, "mooncake")
-    assert (second.read, second.accepted, second.quarantined) == (first.read, first.accepted, first.quarantined)
+    assert (second.read, second.accepted, second.quarantined) == (
+        first.read,
+        first.accepted,
+        first.quarantined,
+    )
     assert second.written == 0 and second.duplicates == second.accepted
     assert lake.count("requests") == first.accepted
     assert len(lake.read("quarantine")) == first.quarantined
@@ -83,13 +90,15 @@ def test_grown_log_adds_only_new_lines(mooncake_like: Path, lake: Lake, tmp_path
 def test_crash_mid_file_loses_nothing_reported(mooncake_like: Path, lake: Lake) -> None:
     reported: list[int] = []
 
-    def crash_after_second_chunk(report) -> None:  # noqa: ANN001
+    def crash_after_second_chunk(report) -> None:
         reported.append(report.accepted)
         if len(reported) == 2:
             raise KeyboardInterrupt("process killed")
 
     with pytest.raises(KeyboardInterrupt):
-        ingest_file(mooncake_like, lake, "mooncake", chunk_rows=300, on_chunk=crash_after_second_chunk)
+        ingest_file(
+            mooncake_like, lake, "mooncake", chunk_rows=300, on_chunk=crash_after_second_chunk
+        )
     assert len(lake.read("requests")) == reported[-1] == 600
     again = ingest_file(mooncake_like, lake, "mooncake", chunk_rows=300)
     assert (again.written, again.duplicates) == (600, 600)
@@ -97,7 +106,10 @@ def test_crash_mid_file_loses_nothing_reported(mooncake_like: Path, lake: Lake) 
 
 
 def test_rows_repeated_inside_a_file_are_duplicates_not_errors(tmp_path: Path, lake: Lake) -> None:
-    line = b'{"timestamp": "2024-03-04T00:00:00Z", "request_id": "r1", "prompt_tokens": 1, "output_tokens": 1}'
+    line = (
+        b'{"timestamp": "2024-03-04T00:00:00Z", "request_id": "r1",'
+        b' "prompt_tokens": 1, "output_tokens": 1}'
+    )
     log = tmp_path / "repeats.jsonl"
     log.write_bytes(line + b"\n" + line + b"\n")
     report = ingest_file(log, lake)
@@ -107,7 +119,9 @@ def test_rows_repeated_inside_a_file_are_duplicates_not_errors(tmp_path: Path, l
 
 def test_servegen_windows_become_demand_rows(tmp_path: Path, lake: Lake) -> None:
     log = tmp_path / "rate.csv"
-    log.write_text("window_start_s,total_rate_rps,active_clients\n0,2.5,3\n600,-1,3\n1200,x,3\n1800,1,3\n")
+    log.write_text(
+        "window_start_s,total_rate_rps,active_clients\n0,2.5,3\n600,-1,3\n1200,x,3\n1800,1,3\n"
+    )
     report = ingest_file(log, lake, "servegen")
     assert (report.table, report.read, report.accepted, report.quarantined) == ("demand", 4, 2, 2)
     demand = lake.read("demand")

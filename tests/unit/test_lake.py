@@ -118,3 +118,13 @@ def test_concurrent_writers_in_processes_never_duplicate(tmp_path: Path) -> None
     assert sorted(written) == [0, 0, 300]
     back = Lake(tmp_path).read("requests")
     assert len(back) == 300 and back["request_id"].is_unique
+
+
+def test_publish_tolerates_a_peer_having_published_first(lake: Lake) -> None:
+    frame = requests(["a"])
+    (pending,) = lake._write_pending("requests", "cafe", frame)
+    lake._publish(pending)  # a peer's _recover got there first ...
+    lake._publish(pending)  # ... so the writer's own publish finds the file already moved
+    assert [p.name for p in lake.files("requests")] == ["part-cafe.parquet"]
+    with pytest.raises(FileNotFoundError):
+        lake._publish(lake.pending / "requests__date=2024-03-04__gone.parquet")

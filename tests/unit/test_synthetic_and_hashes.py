@@ -18,8 +18,11 @@ def test_generation_is_seeded() -> None:
 def test_log_has_zipf_templates_daily_cycle_and_tenants() -> None:
     log = pd.DataFrame(generate_requests(SPEC))
     log["timestamp"] = pd.to_datetime(log["timestamp"], format="ISO8601")
-    shares = log.groupby(["tenant", "template_id"]).size().groupby("tenant").apply(
-        lambda s: s.max() / s.sum()
+    shares = (
+        log.groupby(["tenant", "template_id"])
+        .size()
+        .groupby("tenant")
+        .apply(lambda s: s.max() / s.sum())
     )
     assert (shares > 0.12).all()  # the top template of every tenant takes far more than 1/40
     hourly = log.set_index("timestamp").resample("1h").size()

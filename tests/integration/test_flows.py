@@ -1,0 +1,89 @@
+"""The Prefect flows on a real (test-harness) Prefect API, and the demo end to end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+
+from cache_runtime.request_stream import RequestLogProducer
+from cache_runtime.settings import load_settings
+from data_contracts.derived import read_demand
+from data_contracts.lake import Lake
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def prefect_api() -> Iterator[None]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_tasks_run_as_plain_functions(small_log: Path, tmp_path: Path) -> None:
+    from flows.features.flow import build_demand_task
+    from flows.ingest.flow import ingest_file_task
+
+    report = ingest_file_task.fn(str(small_log), str(tmp_path), "auto", "default", None)
+    assert report["quarantined"] == 0 and report["accepted"] == report["read"] > 500
+    rows = build_demand_task.fn(str(tmp_path))
+    assert rows["5s"] == len(read_demand(tmp_path / "features", "5s"))
+
+
+def test_ingest_and_features_flows(prefect_api: None, small_log: Path, tmp_path: Path) -> None:
+    from prefect.states import State
+
+    from flows.features.flow import features_flow
+    from flows.ingest.flow import ingest_flow
+
+    state: State = ingest_flow(paths=[str(small_log)], data_dir=str(tmp_path), return_state=True)
+    assert state.is_completed()
+    summary = state.result()
+    assert summary["read"] == summary["accepted"] == Lake(tmp_path / "lake").count("requests")
+    rows = features_flow(data_dir=str(tmp_path))
+    assert set(rows) == {"5s", "3min", "1h"} and min(rows.values()) > 0
+
+
+def test_ingest_flow_fails_on_unreadable_file(prefect_api: None, tmp_path: Path) -> None:
+    from flows.ingest.flow import ingest_flow
+
+    state = ingest_flow(
+        paths=[str(tmp_path / "missing.jsonl")], data_dir=str(tmp_path), return_state=True
+    )
+    assert state.is_failed()
+    with pytest.raises(Exception, match="no such file"):
+        state.result()
+
+
+def test_ingest_stream_flow(
+    prefect_api: None, redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    from flows.ingest.flow import ingest_stream_flow
+
+    producer = RequestLogProducer(redis_client, "flow-stream")
+    for i in range(120):
+        producer.log_request(tenant="t", request_id=f"r{i}", prompt_tokens=3, output_tokens=1)
+    producer.close()
+    totals = ingest_stream_flow(redis_url=redis_url, data_dir=str(tmp_path), stream="flow-stream")
+    assert (totals["written"], totals["acked"]) == (120, 120)
+
+
+def test_demo_runs_the_whole_pipeline(prefect_api: None, tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from flows.demo import run_demo
+
+    settings = load_settings(data_dir=tmp_path / "data")
+    summary = run_demo(settings, log=None, days=0.25, console=Console(stderr=True, quiet=True))
+    assert summary["ingested"]["quarantined"] == 0
+    assert summary["streamed"]["written"] > 0
+    assert summary["requests"] == summary["ingested"]["accepted"] + summary["streamed"]["written"]
+    assert set(summary["tenants"]) == {"acme-bank", "globex-fin", "initech"}
+    assert summary["feature_rows"]["5s"] > summary["feature_rows"]["1h"] > 0
+    written = orjson.loads((tmp_path / "data" / "reports" / "demo_summary.json").read_bytes())
+    assert written["requests"] == summary["requests"]
