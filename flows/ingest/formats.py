@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from data_contracts import GRANULARITIES
@@ -124,12 +125,46 @@ class Format:
     def fast_frame(
         self, numbers: list[int], lines: list[bytes], ctx: SourceContext
     ) -> pd.DataFrame:
-        """Parse a whole chunk of clean records at once, or raise `FastPathMiss` (the default).
+        """Parse a chunk of clean records (their raw lines) at once, or raise `FastPathMiss`.
 
-        Only ever an optimisation: it must accept no record that `parse` would reject. The
-        pipeline falls back to `parse` row by row for a chunk that misses.
+        Only ever an optimisation: it must accept no record that `parse` would reject, and give
+        the same rows `parse` + `finalize` would. The pipeline falls back to `parse` row by row
+        for a chunk that misses. The default always misses.
         """
         raise FastPathMiss
+
+    def _rows_frame(
+        self, numbers: list[int], lines: list[bytes], ctx: SourceContext, columns: dict[str, Any]
+    ) -> pd.DataFrame:
+        """A request frame from whole columns; the text and id columns it fills in itself."""
+        n = len(lines)
+        ids = pd.arrays.ArrowExtensionArray(
+            pa.array(
+                [ctx.derived_id(self.name, i, raw) for i, raw in zip(numbers, lines, strict=True)]
+            )
+        )
+        no_text = pd.arrays.ArrowExtensionArray(pa.nulls(n, pa.string()))
+        frame = pd.DataFrame(
+            {
+                "timestamp": columns["timestamp"],
+                "tenant": pd.arrays.ArrowExtensionArray(pa.array([ctx.tenant] * n, pa.string())),
+                "request_id": ids,
+                "session_id": ids,
+                "prompt": no_text,
+                "prompt_tokens": columns["prompt_tokens"],
+                "output_tokens": columns["output_tokens"],
+                "prefix_hashes": columns.get(
+                    "prefix_hashes",
+                    pd.arrays.ArrowExtensionArray(pa.nulls(n, pa.list_(pa.int64()))),
+                ),
+                "template_id": no_text,
+                "route": no_text,
+                "latency_ms": np.full(n, np.nan),
+                "priority": np.full(n, DEFAULT_PRIORITY, dtype="int64"),
+            },
+            index=numbers,
+        )
+        return self.finalize(frame, ctx)
 
     def finalize(self, frame: pd.DataFrame, ctx: SourceContext) -> pd.DataFrame:
         """Column-wise conversions; a row whose timestamp cannot be converted gets NaT."""
@@ -175,34 +210,15 @@ class Mooncake(Format):
         if table.num_rows != len(lines) or any(c.null_count for c in table.columns):
             raise FastPathMiss
         hashes = table["hash_ids"].combine_chunks()
-        hashes = pc.if_else(
-            pc.equal(pc.list_value_length(hashes), 0), pa.nulls(len(hashes), hashes.type), hashes
-        )
-        n = len(lines)
-        ids = pd.arrays.ArrowExtensionArray(
-            pa.array(
-                [ctx.derived_id(self.name, i, line) for i, line in zip(numbers, lines, strict=True)]
-            )
-        )
-        no_text = pd.arrays.ArrowExtensionArray(pa.nulls(n, pa.string()))
-        frame = pd.DataFrame(
-            {
-                "timestamp": table["timestamp"].to_numpy(),
-                "tenant": pd.arrays.ArrowExtensionArray(pa.array([ctx.tenant] * n, pa.string())),
-                "request_id": ids,
-                "session_id": ids,
-                "prompt": no_text,
-                "prompt_tokens": table["input_length"].to_numpy(),
-                "output_tokens": table["output_length"].to_numpy(),
-                "prefix_hashes": pd.arrays.ArrowExtensionArray(hashes),
-                "template_id": no_text,
-                "route": no_text,
-                "latency_ms": np.full(n, np.nan),
-                "priority": np.full(n, DEFAULT_PRIORITY, dtype="int64"),
-            },
-            index=numbers,
-        )
-        return self.finalize(frame, ctx)
+        empty = pc.equal(pc.list_value_length(hashes), 0)
+        hashes = pc.if_else(empty, pa.nulls(len(hashes), hashes.type), hashes)
+        columns = {
+            "timestamp": table["timestamp"].to_numpy(),
+            "prompt_tokens": table["input_length"].to_numpy(),
+            "output_tokens": table["output_length"].to_numpy(),
+            "prefix_hashes": pd.arrays.ArrowExtensionArray(hashes),
+        }
+        return self._rows_frame(numbers, lines, ctx, columns)
 
     def parse(self, value: bytes, row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
         value = parse_json_object(value)
@@ -234,8 +250,35 @@ class Azure(Format):
     name = "azure"
     header: ClassVar[list[str]] = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
 
+    _csv_parse = pacsv.ParseOptions(quote_char=False, double_quote=False, escape_char=False)
+    _csv_convert = pacsv.ConvertOptions(
+        column_types={"t": pa.string(), "c": pa.int64(), "g": pa.int64()},
+        strings_can_be_null=False,
+    )
+
     def records(self, path: Path) -> Iterator[Record]:
         return read_simple_csv(path, self.header)
+
+    def fast_frame(
+        self, numbers: list[int], lines: list[bytes], ctx: SourceContext
+    ) -> pd.DataFrame:
+        # Quoting is off so a quoted field reaches the timestamp parser with its quotes, exactly
+        # as the comma split of `parse` leaves it; Arrow's integer parser is stricter than int().
+        read = pacsv.ReadOptions(column_names=["t", "c", "g"], use_threads=False)
+        try:
+            table = pacsv.read_csv(
+                io.BytesIO(b"\n".join(lines)), read, self._csv_parse, self._csv_convert
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise FastPathMiss from None
+        if table.num_rows != len(lines) or any(c.null_count for c in table.columns):
+            raise FastPathMiss
+        columns = {
+            "timestamp": table["t"].to_numpy(zero_copy_only=False),
+            "prompt_tokens": table["c"].to_numpy(),
+            "output_tokens": table["g"].to_numpy(),
+        }
+        return self._rows_frame(numbers, lines, ctx, columns)
 
     def parse(self, value: list[str], row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
         rid = ctx.derived_id(self.name, row_number, raw)

@@ -97,7 +97,7 @@ def _parse_rows(
     if not records:
         return []
     try:
-        return [fmt.fast_frame([r[0] for r in records], [r[1] for r in records], ctx)]
+        return [fmt.fast_frame([r[0] for r in records], [r[2] for r in records], ctx)]
     except FastPathMiss:
         if len(records) > SLOW_PATH_ROWS:
             middle = len(records) // 2

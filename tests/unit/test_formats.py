@@ -100,6 +100,45 @@ def test_fast_and_slow_paths_produce_the_same_rows() -> None:
     assert fast["prefix_hashes"].isna().sum() == 17  # empty hash lists become null
 
 
+def azure_frames(lines: list[bytes]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    numbers = list(range(2, len(lines) + 2))
+    fast = RequestLog.validate(Azure().fast_frame(numbers, lines, CTX))
+    rows = [
+        Azure().parse(line.decode().split(","), n, line, CTX)
+        for n, line in zip(numbers, lines, strict=True)
+    ]
+    slow = pd.DataFrame.from_records(rows, columns=Azure.columns, index=numbers)
+    return fast, RequestLog.validate(Azure().finalize(slow, CTX))
+
+
+def test_azure_fast_and_slow_paths_agree() -> None:
+    lines = [b"2023-11-16 18:17:03.9799600,4808,10", b"2023-11-16 18:17:04.0319600,3180,8"]
+    fast, slow = azure_frames(lines)
+    pd.testing.assert_frame_equal(fast, slow)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"2023-11-16 18:17:03,4.5,1",
+        b"2023-11-16 18:17:03,,1",
+        b"2023-11-16 18:17:03,1,2,3",
+        b"2023-11-16 18:17:03,1",
+    ],
+)
+def test_azure_fast_path_misses_on_rows_it_cannot_vouch_for(bad: bytes) -> None:
+    with pytest.raises(FastPathMiss):
+        Azure().fast_frame([2, 3], [b"2023-11-16 18:17:03.9799600,4808,10", bad], CTX)
+
+
+def test_azure_quoted_field_is_treated_alike_on_both_paths() -> None:
+    quoted = [b'"2023-11-16 18:17:03.9799600",4808,10']
+    fast = Azure().fast_frame([2], quoted, CTX)
+    slow_row = Azure().parse(quoted[0].decode().split(","), 2, quoted[0], CTX)
+    slow = Azure().finalize(pd.DataFrame([slow_row], columns=Azure.columns, index=[2]), CTX)
+    assert fast["timestamp"].isna().all() and slow["timestamp"].isna().all()  # both quarantine
+
+
 def test_chunk_with_bad_rows_bisects_and_keeps_good_rows_on_fast_path() -> None:
     lines = [mooncake_line(ts=i) for i in range(SLOW_PATH_ROWS * 4)]
     lines[700] = b"{broken"
