@@ -11,13 +11,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 from rich.console import Console
 
 from cache_runtime.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 app = typer.Typer(
     name="preheat",
@@ -106,7 +109,7 @@ def ingest(
             raise typer.Exit(EXIT_QUARANTINED)
 
 
-def _parse_epoch(epoch: str | None):
+def _parse_epoch(epoch: str | None) -> pd.Timestamp | None:
     import pandas as pd
 
     if epoch is None:
@@ -118,11 +121,17 @@ def _parse_epoch(epoch: str | None):
     return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
 
 
-def _run_ingest(paths, data_dir, format_name, tenant, epoch) -> dict:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def _run_ingest(
+    paths: list[Path],
+    data_dir: Path,
+    format_name: str,
+    tenant: str,
+    epoch: pd.Timestamp | None,
+) -> dict[str, Any]:
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     from data_contracts.lake import Lake
-    from flows.ingest.pipeline import ingest_file
+    from flows.ingest.pipeline import FileReport, ingest_file
     from flows.ingest.readers import InputError
 
     started = time.perf_counter()
@@ -135,17 +144,17 @@ def _run_ingest(paths, data_dir, format_name, tenant, epoch) -> dict:
     )
     with Progress(*columns, TimeElapsedColumn(), console=stderr, transient=True) as progress:
         for path in paths:
-            size = max(path.stat().st_size, 1)
-            job = progress.add_task(path.name, total=size, rows=0)
+            # Rows per file are unknown until read: an indeterminate bar with a live row count.
+            job = progress.add_task(path.name, total=None, rows=0)
 
-            def on_chunk(report, job=job, size=size) -> None:
-                progress.update(job, rows=report.read, completed=min(size, report.read))
+            def on_chunk(report: FileReport, job: TaskID = job) -> None:
+                progress.update(job, rows=report.read)
 
             try:
                 report = ingest_file(path, lake, format_name, tenant, epoch, on_chunk=on_chunk)
             except InputError as err:
                 raise CliError(str(err)) from None
-            progress.update(job, completed=size)
+            progress.update(job, total=1, completed=1)
             reports.append(report.to_dict())
     totals = {
         k: sum(int(r[k]) for r in reports)
@@ -154,7 +163,7 @@ def _run_ingest(paths, data_dir, format_name, tenant, epoch) -> dict:
     return {"files": reports, **totals, "seconds": round(time.perf_counter() - started, 3)}
 
 
-def _print_ingest_summary(summary: dict) -> None:
+def _print_ingest_summary(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="ingested", title_justify="left")

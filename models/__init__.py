@@ -1,0 +1,1 @@
+"""Lightning modules, training and evaluation code, and MLflow registry helpers (open issues)."""

@@ -1,0 +1,1 @@
+"""Demand features computed from the lake."""
