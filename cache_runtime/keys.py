@@ -1,0 +1,155 @@
+"""Cache keys: frozen dataclasses with a reversible, versioned string form.
+
+Every key carries its tenant and the key-format version, and exact and prefix keys carry the model
+id, so a key of one tenant, model or format version can never equal — or share a string with —
+a key of another. String form: `ph|v<version>|<kind>|<field>|<field>...` with each text field
+percent-encoded, so a tenant named `a|b` cannot forge a key of tenant `a`.
+
+Rejected alternative: hashing the whole tuple into one opaque digest. It is as safe but makes
+keys unreadable in Redis and in logs, and a tenant namespace (`KEYS ph|v1|exact|acme|*`, ACL key
+patterns) impossible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+from urllib.parse import quote, unquote
+
+from cache_runtime.prefix_hash import chain_block_hashes
+
+KEY_FORMAT_VERSION = 1
+_MAGIC = "ph"
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _enc(text: str) -> str:
+    if not text:
+        raise ValueError("key fields must be non-empty")
+    return quote(text, safe="")
+
+
+def normalise_prompt(prompt: str) -> str:
+    """Unicode NFC, trimmed, runs of whitespace collapsed. Case and punctuation are kept:
+    "Sell" and "sell?" may ask different things, and an exact hit must be exact."""
+    return _WHITESPACE.sub(" ", unicodedata.normalize("NFC", prompt)).strip()
+
+
+def _split(text: str, kind: str, fields: int) -> tuple[int, list[str]]:
+    parts = text.split("|")
+    if len(parts) != 3 + fields or parts[0] != _MAGIC or parts[2] != kind:
+        raise ValueError(f"not a {kind} key: {text[:120]!r}")
+    if not parts[1].startswith("v") or not parts[1][1:].isdigit():
+        raise ValueError(f"bad key format version in {text[:120]!r}")
+    if any(p == "" for p in parts[3:]):
+        raise ValueError(f"empty field in {text[:120]!r}")
+    return int(parts[1][1:]), parts[3:]
+
+
+@dataclass(frozen=True, slots=True)
+class ExactKey:
+    """A response for exactly this prompt, of this model, for this tenant."""
+
+    tenant: str
+    model_id: str
+    prompt_digest: str
+    version: int = KEY_FORMAT_VERSION
+    kind: ClassVar[str] = "exact"
+
+    @classmethod
+    def of(cls, tenant: str, model_id: str, prompt: str) -> ExactKey:
+        digest = hashlib.blake2b(normalise_prompt(prompt).encode(), digest_size=16).hexdigest()
+        return cls(tenant, model_id, digest)
+
+    def to_string(self) -> str:
+        fields = (_enc(self.tenant), _enc(self.model_id), _enc(self.prompt_digest))
+        return f"{_MAGIC}|v{self.version}|{self.kind}|{'|'.join(fields)}"
+
+    @classmethod
+    def from_string(cls, text: str) -> ExactKey:
+        version, (tenant, model, digest) = _split(text, cls.kind, 3)
+        return cls(unquote(tenant), unquote(model), unquote(digest), version)
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticKey:
+    """A bucket of similar prompts of one template: a hit still needs verification (issue 6)."""
+
+    tenant: str
+    template_id: str
+    simhash: int
+    version: int = KEY_FORMAT_VERSION
+    kind: ClassVar[str] = "semantic"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.simhash < 2**64:
+            raise ValueError("simhash must be an unsigned 64-bit integer")
+
+    def to_string(self) -> str:
+        fields = (_enc(self.tenant), _enc(self.template_id), f"{self.simhash:016x}")
+        return f"{_MAGIC}|v{self.version}|{self.kind}|{'|'.join(fields)}"
+
+    @classmethod
+    def from_string(cls, text: str) -> SemanticKey:
+        version, (tenant, template, simhash) = _split(text, cls.kind, 3)
+        if not re.fullmatch(r"[0-9a-f]{16}", simhash):
+            raise ValueError(f"bad simhash in {text[:120]!r}")
+        return cls(unquote(tenant), unquote(template), int(simhash, 16), version)
+
+
+def prefix_root(tenant: str, model_id: str, version: int = KEY_FORMAT_VERSION) -> int:
+    """The parent hash of a prefix's first block: per tenant, model and format version, so equal
+    tokens under another tenant or model chain to unrelated hashes."""
+    seed = f"{version}\x1f{tenant}\x1f{model_id}".encode()
+    return int.from_bytes(hashlib.blake2b(seed, digest_size=8).digest(), "little", signed=True)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixKey:
+    """One KV page: the block at `depth` of a prompt whose chained hash up to it is `block_hash`."""
+
+    tenant: str
+    model_id: str
+    depth: int
+    block_hash: int
+    version: int = KEY_FORMAT_VERSION
+    kind: ClassVar[str] = "prefix"
+
+    def __post_init__(self) -> None:
+        if self.depth < 0 or not -(2**63) <= self.block_hash < 2**63:
+            raise ValueError("depth must be >= 0 and block_hash a signed 64-bit integer")
+
+    @classmethod
+    def chain(cls, tenant: str, model_id: str, blocks: Sequence[Sequence[int]]) -> list[PrefixKey]:
+        """Keys of consecutive token blocks of one prompt, each naming the prefix up to it."""
+        hashes = chain_block_hashes(blocks, parent=prefix_root(tenant, model_id))
+        return [cls(tenant, model_id, depth, h) for depth, h in enumerate(hashes)]
+
+    def to_string(self) -> str:
+        fields = (_enc(self.tenant), _enc(self.model_id), str(self.depth), str(self.block_hash))
+        return f"{_MAGIC}|v{self.version}|{self.kind}|{'|'.join(fields)}"
+
+    @classmethod
+    def from_string(cls, text: str) -> PrefixKey:
+        version, (tenant, model, depth, block_hash) = _split(text, cls.kind, 4)
+        if not depth.isdigit() or not re.fullmatch(r"-?\d+", block_hash):
+            raise ValueError(f"bad depth or hash in {text[:120]!r}")
+        return cls(unquote(tenant), unquote(model), int(depth), int(block_hash), version)
+
+
+CacheKey = ExactKey | SemanticKey | PrefixKey
+_KINDS: dict[str, type[ExactKey] | type[SemanticKey] | type[PrefixKey]] = {
+    k.kind: k for k in (ExactKey, SemanticKey, PrefixKey)
+}
+
+
+def parse_key(text: str) -> CacheKey:
+    """Any key from its string form; `ValueError` for anything else."""
+    parts = text.split("|", 3)
+    if len(parts) < 4 or parts[2] not in _KINDS:
+        raise ValueError(f"not a cache key: {text[:120]!r}")
+    return _KINDS[parts[2]].from_string(text)
