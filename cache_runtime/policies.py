@@ -1,0 +1,121 @@
+"""Eviction policies: small objects that only order candidates; the tier does the evicting.
+
+As in cachetools and LMCache, a policy never touches the stored data and never decides about
+pinned entries: the tier asks `victim(keep)` for the first candidate in eviction order that it
+may evict (`keep(key)` is True for pinned entries and for KV pages that still have children),
+then removes it. The trace simulator (`preheat bench cache`) is to replay traces through these
+same objects, so that what is measured is what is served.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from collections.abc import Callable
+
+
+class EvictionPolicy:
+    """Base: `on_insert` / `on_access` / `on_remove` keep state, `victim` names the next one."""
+
+    name = "base"
+
+    def on_insert(self, key: str, now: float) -> None:
+        raise NotImplementedError
+
+    def on_access(self, key: str, now: float) -> None:
+        raise NotImplementedError
+
+    def on_remove(self, key: str) -> None:
+        raise NotImplementedError
+
+    def victim(self, keep: Callable[[str], bool]) -> str | None:
+        """The entry to evict next, skipping those `keep` protects; None if all are protected."""
+        raise NotImplementedError
+
+
+class LRUPolicy(EvictionPolicy):
+    """Least recently used first. On LLM prefix traces it beats LRU-2 (0.278 vs 0.195 hit ratio
+    at 10% of unique blocks, issue 3), so it is the memory tier's default."""
+
+    name = "lru"
+
+    def __init__(self) -> None:
+        self._order: OrderedDict[str, None] = OrderedDict()
+
+    def on_insert(self, key: str, now: float) -> None:
+        self._order[key] = None
+        self._order.move_to_end(key)
+
+    def on_access(self, key: str, now: float) -> None:
+        self._order.move_to_end(key)
+
+    def on_remove(self, key: str) -> None:
+        self._order.pop(key, None)
+
+    def victim(self, keep: Callable[[str], bool]) -> str | None:
+        return next((key for key in self._order if not keep(key)), None)
+
+
+class LRUKPolicy(EvictionPolicy):
+    """LRU-K (O'Neil et al., 1993) for K=2 by default: evict the entry whose K-th most recent
+    access is oldest; entries seen fewer than K times go first, least recently used first.
+
+    The "seen twice" entries sit in a heap keyed by their K-th most recent access, with stale
+    heap entries skipped lazily, so an eviction costs O(log n) rather than a sort.
+    """
+
+    name = "lru-k"
+
+    def __init__(self, k: int = 2) -> None:
+        if k < 2:
+            raise ValueError("k must be >= 2 (k=1 is LRU)")
+        self.k = k
+        self._history: dict[str, list[float]] = {}
+        self._young: OrderedDict[str, None] = OrderedDict()  # seen < k times
+        self._heap: list[tuple[float, int, str]] = []  # (k-th last access, tiebreak, key)
+        self._tick = 0
+
+    def on_insert(self, key: str, now: float) -> None:
+        self._history[key] = [now]
+        self._young[key] = None
+
+    def on_access(self, key: str, now: float) -> None:
+        history = self._history[key]
+        history.append(now)
+        del history[: -self.k]
+        if len(history) < self.k:
+            self._young.move_to_end(key)
+            return
+        self._young.pop(key, None)
+        self._tick += 1
+        heapq.heappush(self._heap, (history[0], self._tick, key))
+
+    def on_remove(self, key: str) -> None:
+        self._history.pop(key, None)
+        self._young.pop(key, None)
+
+    def victim(self, keep: Callable[[str], bool]) -> str | None:
+        young = next((key for key in self._young if not keep(key)), None)
+        if young is not None:
+            return young
+        kept: list[tuple[float, int, str]] = []
+        found = None
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            kth, _, key = entry
+            history = self._history.get(key)
+            if history is None or len(history) < self.k or history[0] != kth:
+                continue  # stale: removed, or accessed again since this entry was pushed
+            if keep(key):
+                kept.append(entry)
+                continue
+            found = key
+            kept.append(entry)  # stays valid until the tier calls on_remove
+            break
+        for entry in kept:
+            heapq.heappush(self._heap, entry)
+        return found
+
+
+POLICIES: dict[str, type[EvictionPolicy]] = {"lru": LRUPolicy, "lru-k": LRUKPolicy}
+DEFAULT_POLICY = "lru"

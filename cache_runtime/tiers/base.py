@@ -1,0 +1,64 @@
+"""The one protocol every cache tier implements, and the counters every tier keeps.
+
+Tiers store opaque bytes under key strings (`CacheKey.to_string()`). A tier whose backend fails
+(Redis down, disk error) does not raise from `get`/`put`/`delete`/`contains`: it answers as a miss
+or a refusal and counts the error, because a cache tier must never fail a request (the hybrid
+cache degrades to the tiers still working).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class TierStats:
+    """Counters since the tier was opened (items/bytes: current contents)."""
+
+    items: int = 0
+    bytes: int = 0
+    capacity_bytes: int | None = None
+    hits: int = 0
+    misses: int = 0
+    puts: int = 0
+    rejected: int = 0
+    evictions: int = 0
+    expirations: int = 0
+    errors: int = 0
+
+
+@runtime_checkable
+class Tier(Protocol):
+    """get / put / delete / contains / stats / check / close.
+
+    `put` returns False when the value was not stored (too large for the budget, refused by
+    admission, backend failure). `ttl_s` is a lifetime in seconds (None: until evicted);
+    `pinned` entries are never evicted (they still expire and can be deleted); `parent` names
+    the previous page of a KV prefix chain, for tiers that keep chains prefix-closed.
+    `check` returns a list of problems found (empty when consistent).
+    """
+
+    name: str
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        ttl_s: float | None = None,
+        pinned: bool = False,
+        parent: str | None = None,
+    ) -> bool: ...
+
+    def delete(self, key: str) -> bool: ...
+
+    def contains(self, key: str) -> bool: ...
+
+    def stats(self) -> TierStats: ...
+
+    def check(self) -> list[str]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,184 @@
+"""The memory tier: a byte budget, a pluggable eviction policy, TTLs, pinning, prefix closure.
+
+Budget in bytes, not items: KV pages of one model are ~100 KiB each and responses ~1 KiB, so an
+item count says nothing about memory. Eviction asks the policy for victims until the new value
+fits, skipping pinned entries and KV pages that still have cached children (prefix closure: a
+page is only useful when every page before it is cached, so a parent never goes before its
+children). A value that cannot fit, because it exceeds the budget or everything else is
+protected, is refused rather than stored over budget.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cache_runtime.policies import DEFAULT_POLICY, POLICIES, EvictionPolicy
+from cache_runtime.tiers.base import TierStats
+
+
+@dataclass(slots=True)
+class _Entry:
+    value: bytes
+    expires_at: float | None
+    pinned: bool
+    parent: str | None
+    children: set[str] = field(default_factory=set)
+
+
+class MemoryTier:
+    """An in-process tier; thread-safe (one lock: entries are small and operations O(1))."""
+
+    def __init__(
+        self,
+        capacity_bytes: int,
+        policy: EvictionPolicy | str = DEFAULT_POLICY,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "memory",
+    ) -> None:
+        if capacity_bytes <= 0:
+            raise ValueError("capacity_bytes must be positive")
+        self.name = name
+        self.capacity_bytes = capacity_bytes
+        self.policy = POLICIES[policy]() if isinstance(policy, str) else policy
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._stats = TierStats(capacity_bytes=capacity_bytes)
+
+    # -- protocol ----------------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | None:
+        with self._lock:
+            entry = self._live(key)
+            if entry is None:
+                self._stats.misses += 1
+                return None
+            self._stats.hits += 1
+            self.policy.on_access(key, self._clock())
+            return entry.value
+
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        ttl_s: float | None = None,
+        pinned: bool = False,
+        parent: str | None = None,
+    ) -> bool:
+        size = len(value)
+        with self._lock:
+            self._stats.puts += 1
+            if parent is not None and self._live(parent) is None:
+                self._stats.rejected += 1  # a page whose prefix is not cached is unusable
+                return False
+            previous = self._entries.get(key)
+            freed = len(previous.value) if previous else 0
+            if not self._make_room(size - freed, protect=key):
+                self._stats.rejected += 1
+                return False
+            now = self._clock()
+            expires = None if ttl_s is None else now + ttl_s
+            if previous is not None:
+                self._bytes -= freed
+                previous.value, previous.expires_at, previous.pinned = value, expires, pinned
+                self.policy.on_access(key, now)
+            else:
+                self._entries[key] = _Entry(value, expires, pinned, parent)
+                if parent is not None:
+                    self._entries[parent].children.add(key)
+                self.policy.on_insert(key, now)
+            self._bytes += size
+            return True
+
+    def delete(self, key: str) -> bool:
+        with self._lock:
+            if key not in self._entries:
+                return False
+            self._remove_with_descendants(key)
+            return True
+
+    def contains(self, key: str) -> bool:
+        with self._lock:
+            return self._live(key) is not None
+
+    def stats(self) -> TierStats:
+        with self._lock:
+            self._stats.items = len(self._entries)
+            self._stats.bytes = self._bytes
+            return TierStats(**vars(self._stats))
+
+    def check(self) -> list[str]:
+        with self._lock:
+            problems = []
+            actual = sum(len(e.value) for e in self._entries.values())
+            if actual != self._bytes:
+                problems.append(f"byte count {self._bytes} != stored {actual}")
+            if self._bytes > self.capacity_bytes:
+                problems.append(f"over budget: {self._bytes} > {self.capacity_bytes}")
+            children: dict[str, set[str]] = {}
+            for key, entry in self._entries.items():
+                if entry.parent is not None:
+                    if entry.parent not in self._entries:
+                        problems.append(f"{key}: parent {entry.parent} not cached")
+                    children.setdefault(entry.parent, set()).add(key)
+            for key, entry in self._entries.items():
+                if entry.children != children.get(key, set()):
+                    problems.append(f"{key}: children {entry.children} != {children.get(key)}")
+            return problems
+
+    def close(self) -> None:
+        with self._lock:
+            for key in list(self._entries):
+                self.policy.on_remove(key)
+            self._entries.clear()
+            self._bytes = 0
+
+    # -- internals (lock held) ---------------------------------------------------------------
+
+    def _live(self, key: str) -> _Entry | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.expires_at is not None and self._clock() >= entry.expires_at:
+            self._stats.expirations += 1
+            self._remove_with_descendants(key)
+            return None
+        return entry
+
+    def _make_room(self, needed: int, protect: str) -> bool:
+        if needed > self.capacity_bytes:
+            return False
+
+        def keep(key: str) -> bool:
+            entry = self._entries[key]
+            return key == protect or entry.pinned or bool(entry.children)
+
+        while self._bytes + needed > self.capacity_bytes:
+            victim = self.policy.victim(keep)
+            if victim is None:
+                return False
+            self._remove(victim)
+            self._stats.evictions += 1
+        return True
+
+    def _remove(self, key: str) -> None:
+        entry = self._entries.pop(key)
+        self._bytes -= len(entry.value)
+        self.policy.on_remove(key)
+        if entry.parent is not None and entry.parent in self._entries:
+            self._entries[entry.parent].children.discard(key)
+
+    def _remove_with_descendants(self, key: str) -> None:
+        """Deleting or expiring a page makes its descendants unusable: they go too."""
+        order, stack = [], [key]
+        while stack:  # depth-first over the subtree; cost is its size, not the tier's
+            current = stack.pop()
+            order.append(current)
+            stack.extend(self._entries[current].children)
+        for victim in reversed(order):  # leaves first, so each parent's child set stays exact
+            self._remove(victim)

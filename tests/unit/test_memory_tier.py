@@ -1,0 +1,137 @@
+"""The memory tier and its policies: byte budget, eviction order, pinning, TTL, prefix closure."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cache_runtime.policies import LRUKPolicy, LRUPolicy
+from cache_runtime.tiers import MemoryTier, Tier
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_is_a_tier() -> None:
+    assert isinstance(MemoryTier(100), Tier)
+
+
+def test_budget_is_bytes_and_lru_evicts_least_recent() -> None:
+    tier = MemoryTier(30, policy="lru")
+    for key in "abc":
+        assert tier.put(key, b"x" * 10)
+    tier.get("a")  # b is now least recently used
+    assert tier.put("d", b"y" * 10)
+    assert [k for k in "abcd" if tier.contains(k)] == ["a", "c", "d"]
+    assert tier.stats().bytes == 30 and tier.stats().evictions == 1
+    assert tier.put("big", b"z" * 25)  # leaves room for 5 bytes: all three must go
+    assert tier.stats().bytes <= 30 and tier.check() == []
+
+
+def test_value_larger_than_budget_is_refused_not_stored() -> None:
+    tier = MemoryTier(10)
+    assert not tier.put("huge", b"x" * 11)
+    assert not tier.contains("huge") and tier.stats().rejected == 1
+
+
+def test_lru2_keeps_the_twice_used_entry_over_a_recent_one_shot() -> None:
+    tier = MemoryTier(30, policy=LRUKPolicy(2))
+    tier.put("hot", b"x" * 10)
+    tier.get("hot")
+    tier.put("scan1", b"x" * 10)
+    tier.put("scan2", b"x" * 10)
+    tier.put("scan3", b"x" * 10)  # LRU would evict "hot"; LRU-2 evicts the one-shot "scan1"
+    assert tier.contains("hot") and not tier.contains("scan1")
+    lru = MemoryTier(30, policy=LRUPolicy())
+    lru.put("hot", b"x" * 10)
+    lru.get("hot")
+    for key in ("scan1", "scan2", "scan3"):
+        lru.put(key, b"x" * 10)
+    assert not lru.contains("hot")
+
+
+def test_pinned_entries_are_never_evicted() -> None:
+    tier = MemoryTier(20)
+    tier.put("pinned", b"x" * 10, pinned=True)
+    for i in range(10):
+        assert tier.put(f"k{i}", b"y" * 10)
+    assert tier.contains("pinned")
+    assert not tier.put("needs-all", b"z" * 20)  # only by evicting the pinned entry: refused
+    assert tier.contains("pinned")
+
+
+def test_ttl_expires_with_injected_clock() -> None:
+    clock = FakeClock()
+    tier = MemoryTier(100, clock=clock)
+    tier.put("k", b"v", ttl_s=5)
+    clock.now += 4.9
+    assert tier.get("k") == b"v"
+    clock.now += 0.2
+    assert tier.get("k") is None and tier.stats().expirations == 1
+    assert tier.stats().bytes == 0
+
+
+def test_prefix_closed_parent_outlives_children() -> None:
+    tier = MemoryTier(30)
+    assert tier.put("p0", b"x" * 10)
+    assert tier.put("p1", b"x" * 10, parent="p0")
+    assert tier.put("p2", b"x" * 10, parent="p1")
+    tier.get("p2")  # p0 is least recent, but it has children: the leaf p2 must go first
+    assert tier.put("other", b"y" * 10)
+    assert [k for k in ("p0", "p1", "p2") if tier.contains(k)] == ["p0", "p1"]
+    assert tier.check() == []
+
+
+def test_page_without_cached_parent_is_refused() -> None:
+    tier = MemoryTier(100)
+    assert not tier.put("p1", b"x", parent="p0")
+
+
+def test_deleting_or_expiring_a_page_removes_its_descendants() -> None:
+    clock = FakeClock()
+    tier = MemoryTier(100, clock=clock)
+    tier.put("p0", b"x", ttl_s=10)
+    tier.put("p1", b"x", parent="p0")
+    tier.put("p2", b"x", parent="p1")
+    tier.put("q1", b"x", parent="p0")
+    assert tier.delete("p1")
+    assert not tier.contains("p2") and tier.contains("q1") and tier.check() == []
+    clock.now += 11
+    assert not tier.contains("p0") and not tier.contains("q1")
+    assert tier.stats().items == 0 and tier.check() == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "get", "delete"]),
+            st.integers(0, 15),
+            st.integers(1, 40),
+            st.booleans(),
+        ),
+        max_size=120,
+    ),
+    st.sampled_from(["lru", "lru-k"]),
+)
+def test_random_operations_keep_the_tier_consistent(ops: list, policy: str) -> None:
+    """Whatever happens, the budget holds, chains stay prefix-closed, counts stay exact."""
+    tier = MemoryTier(100, policy=policy)
+    for op, key_id, size, chained in ops:
+        key = f"k{key_id}"
+        if op == "put":
+            parent = f"k{key_id - 1}" if chained and key_id > 0 else None
+            if parent == key:
+                parent = None
+            tier.put(key, bytes(size), parent=parent)
+        elif op == "get":
+            tier.get(key)
+        else:
+            tier.delete(key)
+        assert tier.check() == []
+        assert tier.stats().bytes <= 100
