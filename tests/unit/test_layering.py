@@ -17,6 +17,8 @@ HEAVY = ("prefect", "mlflow", "pytorch_lightning", "lightning", "torch", "transf
         "cache_runtime.services",
         "cache_runtime.request_stream",
         "cache_runtime.prefix_hash",
+        "cache_runtime.keys",
+        "cache_runtime.tiers",
         "data_contracts",
         "data_contracts.lake",
         "data_contracts.derived",

@@ -1,0 +1,143 @@
+"""The Redis tier: shared by all serving nodes; TTLs, per-tenant namespaces, pipelined bulk writes.
+
+Redis keys are `<namespace>:<tenant>:<cache key string>`, so an ACL user of one tenant can be
+limited to `~<namespace>:<tenant>:*` and one tenant's keys can be listed or flushed alone.
+Every backend failure (connection refused, timeout, server restarting) is counted and answered
+as a miss or a refused put; redis-py reconnects on the next call, so the tier heals by itself.
+
+Redis evicts on its own (`maxmemory-policy`): `pinned` entries are written without a TTL, which
+keeps them under the `volatile-*` policies; under `allkeys-*` nothing can be pinned in Redis,
+which is why pinned entries belong in the memory or SSD tier as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
+from cache_runtime.keys import parse_key
+from cache_runtime.tiers.base import TierStats
+
+_ERRORS = (redis.RedisError, OSError)
+
+
+def redis_client(
+    url: str,
+    *,
+    username: str | None = None,
+    password: str | None = None,
+    tls_ca_file: str | None = None,
+    socket_timeout_s: float = 0.5,
+    cluster: bool = False,
+) -> Any:
+    """A client for the tier: short timeouts (a slow cache is a failing cache), TLS with
+    `rediss://` URLs or a CA file, ACL user and password, standalone or Redis Cluster."""
+    options: dict[str, Any] = {
+        "username": username,
+        "password": password,
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": socket_timeout_s,
+    }
+    if tls_ca_file:
+        options["ssl_ca_certs"] = tls_ca_file
+    if cluster:
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(url, **options)
+    return redis.Redis.from_url(url, health_check_interval=10, **options)
+
+
+class RedisTier:
+    """A tier in Redis under `namespace`; `client` is a redis-py client (standalone or cluster)."""
+
+    def __init__(self, client: Any, namespace: str = "preheat", name: str = "redis") -> None:
+        if ":" in namespace or not namespace:
+            raise ValueError("namespace must be non-empty and contain no ':'")
+        self.name = name
+        self.namespace = namespace
+        self._client = client
+        self._stats = TierStats()
+
+    def redis_key(self, key: str) -> str:
+        try:
+            tenant = parse_key(key).tenant
+        except ValueError:
+            tenant = "_"  # not a cache key (tools, tests): still namespaced, never a tenant's
+        return f"{self.namespace}:{tenant.replace(':', '%3A')}:{key}"
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            value = self._client.get(self.redis_key(key))
+        except _ERRORS:
+            self._stats.errors += 1
+            self._stats.misses += 1
+            return None
+        if value is None:
+            self._stats.misses += 1
+        else:
+            self._stats.hits += 1
+        return value
+
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        ttl_s: float | None = None,
+        pinned: bool = False,
+        parent: str | None = None,
+    ) -> bool:
+        return self.put_many([(key, value, ttl_s)]) == 1
+
+    def put_many(self, items: Iterable[tuple[str, bytes, float | None]]) -> int:
+        """Pipelined writes (warm-up); returns how many were stored (0 when Redis failed)."""
+        batch = list(items)
+        self._stats.puts += len(batch)
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for key, value, ttl_s in batch:
+                px = None if ttl_s is None else max(1, int(ttl_s * 1000))
+                pipe.set(self.redis_key(key), value, px=px)
+            results = pipe.execute()
+        except _ERRORS:
+            self._stats.errors += 1
+            return 0
+        return sum(1 for r in results if r)
+
+    def delete(self, key: str) -> bool:
+        try:
+            return bool(self._client.delete(self.redis_key(key)))
+        except _ERRORS:
+            self._stats.errors += 1
+            return False
+
+    def contains(self, key: str) -> bool:
+        try:
+            return bool(self._client.exists(self.redis_key(key)))
+        except _ERRORS:
+            self._stats.errors += 1
+            return False
+
+    def stats(self) -> TierStats:
+        """Counters of this instance; items and bytes come from a SCAN of the namespace."""
+        items = used = 0
+        try:
+            for name in self._client.scan_iter(match=f"{self.namespace}:*", count=1000):
+                items += 1
+                used += int(self._client.strlen(name))
+        except _ERRORS:
+            self._stats.errors += 1
+            items = used = -1
+        return TierStats(**{**vars(self._stats), "items": items, "bytes": used})
+
+    def check(self) -> list[str]:
+        try:
+            self._client.ping()
+        except _ERRORS as err:
+            return [f"redis unreachable: {err}"]
+        return []
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,127 @@
+"""One contract, three tiers: memory, SSD and a real Redis behave alike where they must."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from cache_runtime.keys import ExactKey, PrefixKey
+from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, Tier, redis_client
+
+pytestmark = pytest.mark.integration
+CAPACITY = 4 * 1024 * 1024
+
+
+@pytest.fixture(params=["memory", "ssd", "redis"])
+def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier]:
+    if request.param == "memory":
+        made: Tier = MemoryTier(CAPACITY)
+    elif request.param == "ssd":
+        made = SSDTier(tmp_path / "ssd", CAPACITY)
+    else:
+        client = redis_client(request.getfixturevalue("redis_url"))
+        client.flushdb()
+        made = RedisTier(client, namespace=f"t{time.monotonic_ns()}")
+    yield made
+    made.close()
+
+
+def key(prompt: str, tenant: str = "acme") -> str:
+    return ExactKey.of(tenant, "tiny-gpt2", prompt).to_string()
+
+
+def test_implements_the_protocol(tier: Tier) -> None:
+    assert isinstance(tier, Tier)
+
+
+def test_round_trip_of_exact_bytes(tier: Tier) -> None:
+    for size in (0, 1, 4096, 1024 * 1024):
+        value = bytes(i % 251 for i in range(size))
+        assert tier.put(key(f"p{size}"), value)
+        assert tier.get(key(f"p{size}")) == value
+
+
+def test_miss_contains_delete(tier: Tier) -> None:
+    assert tier.get(key("absent")) is None
+    assert not tier.contains(key("absent"))
+    assert tier.put(key("q"), b"answer")
+    assert tier.contains(key("q"))
+    assert tier.delete(key("q")) is True
+    assert tier.delete(key("q")) is False
+    assert tier.get(key("q")) is None
+
+
+def test_overwrite_replaces(tier: Tier) -> None:
+    tier.put(key("q"), b"old")
+    tier.put(key("q"), b"new")
+    assert tier.get(key("q")) == b"new"
+
+
+def test_tenants_do_not_see_each_other(tier: Tier) -> None:
+    tier.put(key("same prompt", "acme"), b"acme's answer")
+    assert tier.get(key("same prompt", "globex")) is None
+    tier.put(key("same prompt", "globex"), b"globex's answer")
+    assert tier.get(key("same prompt", "acme")) == b"acme's answer"
+
+
+def test_ttl_expires(tier: Tier) -> None:
+    tier.put(key("short"), b"v", ttl_s=0.05)
+    tier.put(key("long"), b"v", ttl_s=60)
+    wait_until(lambda: tier.get(key("short")) is None)
+    assert tier.get(key("long")) == b"v"
+
+
+def test_stats_count_hits_misses_and_contents(tier: Tier) -> None:
+    tier.put(key("a"), b"12345")
+    tier.get(key("a"))
+    tier.get(key("b"))
+    stats = tier.stats()
+    assert (stats.hits, stats.misses, stats.puts) == (1, 1, 1)
+    assert (stats.items, stats.bytes) == (1, 5)
+
+
+def test_check_is_clean_after_use(tier: Tier) -> None:
+    pages = PrefixKey.chain("acme", "tiny-gpt2", [[1] * 16, [2] * 16])
+    tier.put(pages[0].to_string(), b"page0")
+    tier.put(pages[1].to_string(), b"page1", parent=pages[0].to_string())
+    tier.delete(key("nothing"))
+    assert tier.check() == []
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_redis_tier_degrades_when_server_is_gone() -> None:
+    from cache_runtime.services import RedisServer
+
+    server = RedisServer().start()
+    tier = RedisTier(redis_client(server.url, socket_timeout_s=0.2))
+    assert tier.put(key("k"), b"v") and tier.get(key("k")) == b"v"
+    server.stop()
+    assert tier.get(key("k")) is None  # a miss, not an exception
+    assert not tier.put(key("k2"), b"v")
+    assert tier.check() and tier.check()[0].startswith("redis unreachable")
+    assert tier.stats().errors >= 2
+    restarted = RedisServer(port=server.port).start()
+    try:
+        wait_until(lambda: tier.put(key("k3"), b"again"))  # redis-py reconnects by itself
+        assert tier.get(key("k3")) == b"again"
+    finally:
+        restarted.stop()
+
+
+def test_redis_keys_are_namespaced_per_tenant(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    tier = RedisTier(client, namespace="ns")
+    tier.put(key("x", "acme"), b"1")
+    tier.put(key("x", "globex"), b"2")
+    assert {k.decode().split(":")[1] for k in client.scan_iter(match="ns:*")} == {"acme", "globex"}
+    assert tier.put_many([(key(f"bulk{i}"), b"v", None) for i in range(500)]) == 500
