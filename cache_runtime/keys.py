@@ -110,35 +110,50 @@ def prefix_root(tenant: str, model_id: str, version: int = KEY_FORMAT_VERSION) -
 
 @dataclass(frozen=True, slots=True)
 class PrefixKey:
-    """One KV page: the block at `depth` of a prompt whose chained hash up to it is `block_hash`."""
+    """One KV page: the block at `depth` of a prompt whose chained hash up to it is `block_hash`.
+
+    `root_hash` is the chain's first block hash (its own hash at depth 0): it names the chain, so
+    a Redis Cluster tier can keep all pages of one chain on one slot (a hash tag), and a longest
+    prefix lookup is one round trip to one node.
+    """
 
     tenant: str
     model_id: str
     depth: int
     block_hash: int
+    root_hash: int
     version: int = KEY_FORMAT_VERSION
     kind: ClassVar[str] = "prefix"
 
     def __post_init__(self) -> None:
-        if self.depth < 0 or not -(2**63) <= self.block_hash < 2**63:
-            raise ValueError("depth must be >= 0 and block_hash a signed 64-bit integer")
+        in_range = all(-(2**63) <= h < 2**63 for h in (self.block_hash, self.root_hash))
+        if self.depth < 0 or not in_range:
+            raise ValueError("depth must be >= 0 and hashes signed 64-bit integers")
+        if self.depth == 0 and self.root_hash != self.block_hash:
+            raise ValueError("at depth 0 the root hash is the block hash")
 
     @classmethod
     def chain(cls, tenant: str, model_id: str, blocks: Sequence[Sequence[int]]) -> list[PrefixKey]:
         """Keys of consecutive token blocks of one prompt, each naming the prefix up to it."""
         hashes = chain_block_hashes(blocks, parent=prefix_root(tenant, model_id))
-        return [cls(tenant, model_id, depth, h) for depth, h in enumerate(hashes)]
+        if not hashes:
+            return []
+        return [cls(tenant, model_id, depth, h, hashes[0]) for depth, h in enumerate(hashes)]
 
     def to_string(self) -> str:
-        fields = (_enc(self.tenant), _enc(self.model_id), str(self.depth), str(self.block_hash))
+        fields = (
+            _enc(self.tenant), _enc(self.model_id), str(self.depth), str(self.block_hash),
+            str(self.root_hash),
+        )  # fmt: skip
         return f"{_MAGIC}|v{self.version}|{self.kind}|{'|'.join(fields)}"
 
     @classmethod
     def from_string(cls, text: str) -> PrefixKey:
-        version, (tenant, model, depth, block_hash) = _split(text, cls.kind, 4)
-        if not depth.isdigit() or not re.fullmatch(r"-?\d+", block_hash):
+        version, (tenant, model, depth, block_hash, root) = _split(text, cls.kind, 5)
+        numbers = (block_hash, root)
+        if not depth.isdigit() or not all(re.fullmatch(r"-?\d+", n) for n in numbers):
             raise ValueError(f"bad depth or hash in {text[:120]!r}")
-        return cls(unquote(tenant), unquote(model), int(depth), int(block_hash), version)
+        return cls(unquote(tenant), unquote(model), int(depth), int(block_hash), int(root), version)
 
 
 CacheKey = ExactKey | SemanticKey | PrefixKey

@@ -54,9 +54,15 @@ class RedisServer:
             client = redis.Redis.from_url(server.url)
     """
 
-    def __init__(self, port: int | None = None, startup_timeout_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        startup_timeout_s: float = 15.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.port = port or free_port()
         self.startup_timeout_s = startup_timeout_s
+        self.extra_args = extra_args
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -76,6 +82,7 @@ class RedisServer:
             "--dir", self._workdir.name,
             "--protected-mode", "yes",
             "--loglevel", "warning",
+            *self.extra_args,
         ]  # fmt: skip
         self._process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
@@ -153,3 +160,65 @@ class RedisHandle:
     def __exit__(self, *exc_info: object) -> None:
         if self._server is not None:
             self._server.stop()
+
+
+class RedisClusterServers:
+    """A local Redis Cluster of `masters` nodes (no replicas), for tests and the demo.
+
+    Slots are split evenly with CLUSTER ADDSLOTS and the nodes introduced with CLUSTER MEET
+    through redis-py, so no redis-cli is needed; ready when every node reports cluster_state:ok.
+    """
+
+    SLOTS = 16384
+
+    def __init__(self, masters: int = 3, startup_timeout_s: float = 30.0) -> None:
+        self.startup_timeout_s = startup_timeout_s
+        self.nodes = [
+            RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-node-timeout", "2000"))
+            for _ in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> RedisClusterServers:
+        try:
+            for node in self.nodes:
+                node.start()
+            clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
+            for i, client in enumerate(clients):
+                low = i * self.SLOTS // len(clients)
+                high = (i + 1) * self.SLOTS // len(clients)
+                client.execute_command("CLUSTER", "ADDSLOTS", *range(low, high))
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+            self._wait_until_ok(clients)
+            for client in clients:
+                client.close()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_ok(self, clients: list[redis.Redis]) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            infos = [c.execute_command("CLUSTER", "INFO") for c in clients]
+            text = [i.decode() if isinstance(i, bytes) else str(i) for i in infos]
+            if all(
+                "cluster_state:ok" in t and f"cluster_known_nodes:{len(clients)}" in t for t in text
+            ):
+                return
+            time.sleep(0.05)  # polling the cluster state, not a blind wait
+        raise RedisStartError("redis cluster did not reach cluster_state:ok in time")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> RedisClusterServers:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

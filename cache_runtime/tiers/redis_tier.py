@@ -1,7 +1,8 @@
 """The Redis tier: shared by all serving nodes; TTLs, per-tenant namespaces, pipelined bulk writes.
 
-Redis keys are `<namespace>:<tenant>:<cache key string>`, so an ACL user of one tenant can be
-limited to `~<namespace>:<tenant>:*` and one tenant's keys can be listed or flushed alone.
+Redis keys are `<namespace>:<tenant>:<cache key string>` (see `redis_key`), so an ACL user of
+one tenant can be limited to `~<namespace>:<tenant>:*` and one tenant's keys can be listed or
+flushed alone.
 Every backend failure (connection refused, timeout, server restarting) is counted and answered
 as a miss or a refused put; redis-py reconnects on the next call, so the tier heals by itself.
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import redis
 
-from cache_runtime.keys import parse_key
+from cache_runtime.keys import PrefixKey, parse_key
 from cache_runtime.tiers.base import TierStats
 
 _ERRORS = (redis.RedisError, OSError)
@@ -61,11 +62,17 @@ class RedisTier:
         self._stats = TierStats()
 
     def redis_key(self, key: str) -> str:
+        """`<namespace>:<tenant>:<key>`; KV pages get a `{<chain root>}` hash tag so that every
+        page of one prefix chain lives on one Redis Cluster slot (key strings percent-encode
+        braces, so no other part of a key can form a tag)."""
         try:
-            tenant = parse_key(key).tenant
-        except ValueError:
-            tenant = "_"  # not a cache key (tools, tests): still namespaced, never a tenant's
-        return f"{self.namespace}:{tenant.replace(':', '%3A')}:{key}"
+            parsed = parse_key(key)
+        except ValueError:  # not a cache key (tools, tests): still namespaced, never a tenant's
+            return f"{self.namespace}:_:{key}"
+        tenant = parsed.tenant.replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
+        if isinstance(parsed, PrefixKey):
+            return f"{self.namespace}:{tenant}:{{{parsed.root_hash}}}:{key}"
+        return f"{self.namespace}:{tenant}:{key}"
 
     def get(self, key: str) -> bytes | None:
         try:

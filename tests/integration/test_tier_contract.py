@@ -125,3 +125,40 @@ def test_redis_keys_are_namespaced_per_tenant(redis_url: str) -> None:
     tier.put(key("x", "globex"), b"2")
     assert {k.decode().split(":")[1] for k in client.scan_iter(match="ns:*")} == {"acme", "globex"}
     assert tier.put_many([(key(f"bulk{i}"), b"v", None) for i in range(500)]) == 500
+
+
+def test_redis_cluster_keeps_each_prefix_chain_on_one_slot() -> None:
+    from redis.cluster import RedisCluster
+
+    from cache_runtime.services import RedisClusterServers
+
+    with RedisClusterServers(masters=3) as cluster:
+        client = redis_client(cluster.url, cluster=True)
+        assert len(client.get_primaries()) == 3
+        tier = RedisTier(client)
+        chains = [
+            PrefixKey.chain("acme", "tiny-gpt2", [[seed, d] * 8 for d in range(6)])
+            for seed in range(20)
+        ]
+        slots_per_chain = []
+        for chain in chains:
+            parent = None
+            for page in chain:
+                assert tier.put(page.to_string(), f"{page.depth}".encode(), parent=parent)
+                parent = page.to_string()
+            slots = {client.keyslot(tier.redis_key(p.to_string())) for p in chain}
+            slots_per_chain.append(len(slots))
+            assert tier.get(chain[-1].to_string()) == b"5"
+        assert slots_per_chain == [1] * 20
+        used_nodes = {
+            client.get_node_from_key(tier.redis_key(chain[0].to_string())).port for chain in chains
+        }
+        assert len(used_nodes) > 1  # chains spread over the masters; only a chain is co-located
+        assert (
+            tier.put_many(
+                [(ExactKey.of("acme", "m", f"q{i}").to_string(), b"v", None) for i in range(50)]
+            )
+            == 50
+        )
+        assert isinstance(client, RedisCluster) and tier.check() == []
+        tier.close()

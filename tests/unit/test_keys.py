@@ -19,9 +19,11 @@ names = st.text(min_size=1, max_size=40)  # any unicode, "|" and "%" included
 blocks = st.lists(st.lists(st.integers(0, 50_000), min_size=1, max_size=16), min_size=1, max_size=6)
 exact_keys = st.builds(ExactKey.of, names, names, st.text(max_size=200))
 semantic_keys = st.builds(SemanticKey, names, names, st.integers(0, 2**64 - 1))
+hashes64 = st.integers(-(2**63), 2**63 - 1)
 prefix_keys = st.builds(
-    PrefixKey, names, names, st.integers(0, 10_000), st.integers(-(2**63), 2**63 - 1)
-)
+    lambda t, m, d, h, r: PrefixKey(t, m, d, h, h if d == 0 else r),
+    names, names, st.integers(0, 10_000), hashes64, hashes64,
+)  # fmt: skip
 any_key = st.one_of(exact_keys, semantic_keys, prefix_keys)
 
 
@@ -74,6 +76,7 @@ def test_prefix_chain_shares_exactly_the_common_blocks(
     tenant: str, model: str, a: list, b: list
 ) -> None:
     ka, kb = PrefixKey.chain(tenant, model, a), PrefixKey.chain(tenant, model, b)
+    assert all(k.root_hash == ka[0].block_hash for k in ka)
     common = 0
     while common < min(len(a), len(b)) and a[common] == b[common]:
         common += 1
@@ -98,8 +101,10 @@ def test_normalisation_is_whitespace_only() -> None:
         "ph|1|exact|a|b|c",
         "ph|v1|exact||b|c",
         "ph|v1|semantic|a|b|zz",
-        "ph|v1|prefix|a|b|-1|5",
-        "ph|v1|prefix|a|b|1|0x5",
+        "ph|v1|prefix|a|b|-1|5|5",
+        "ph|v1|prefix|a|b|1|0x5|5",
+        "ph|v1|prefix|a|b|0|5|6",
+        "ph|v1|prefix|a|b|1|5",
         "ph|v1|nope|a|b|c",
     ],
 )
@@ -112,6 +117,6 @@ def test_field_values_are_validated() -> None:
     with pytest.raises(ValueError):
         SemanticKey("t", "tpl", 2**64)
     with pytest.raises(ValueError):
-        PrefixKey("t", "m", -1, 0)
+        PrefixKey("t", "m", -1, 0, 0)
     with pytest.raises(ValueError, match="non-empty"):
         ExactKey("", "m", "d").to_string()
