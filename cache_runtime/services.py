@@ -39,11 +39,33 @@ def find_redis_server() -> Path:
     return path
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(with_cluster_bus: bool = False) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    A cluster node also listens on port + 10000 (its bus), which must be free and below 65536.
+    """
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if not with_cluster_bus:
+            return port
+        if port + 10000 < 65536 and _port_is_free(port + 10000):
+            return port
+        # ask the kernel again: ephemeral ports are mostly above 32768, so try a lower range
+        candidate = 20000 + (port % 25000)
+        if _port_is_free(candidate) and _port_is_free(candidate + 10000):
+            return candidate
+    raise RedisStartError("no free port pair for a cluster node")
 
 
 class RedisServer:
@@ -60,7 +82,8 @@ class RedisServer:
         startup_timeout_s: float = 15.0,
         extra_args: tuple[str, ...] = (),
     ) -> None:
-        self.port = port or free_port()
+        cluster = "--cluster-enabled" in extra_args
+        self.port = port or free_port(with_cluster_bus=cluster)
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = extra_args
         self._process: subprocess.Popen[bytes] | None = None
@@ -82,10 +105,12 @@ class RedisServer:
             "--dir", self._workdir.name,
             "--protected-mode", "yes",
             "--loglevel", "warning",
+            "--logfile", "redis.log",
             *self.extra_args,
         ]  # fmt: skip
+        # The log goes to a file, not a pipe: a pipe nobody reads would block the server once full.
         self._process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
         atexit.register(self.stop)
         self._wait_until_ready()
@@ -98,8 +123,7 @@ class RedisServer:
         try:
             while time.monotonic() < deadline:
                 if self._process.poll() is not None:
-                    err = (self._process.stderr.read() if self._process.stderr else b"").decode()
-                    raise RedisStartError(f"redis-server exited: {err.strip()[:300]}")
+                    raise RedisStartError(f"redis-server exited: {self._log_tail()}")
                 try:
                     # PING alone could be answered by another server already on this port; the
                     # pid proves it is ours.
@@ -115,6 +139,13 @@ class RedisServer:
         finally:
             client.close()
 
+    def _log_tail(self) -> str:
+        log = Path(self._workdir.name) / "redis.log" if self._workdir else None
+        if log is None or not log.is_file():
+            return "(no log)"
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        return " | ".join(lines[-3:])[:400]
+
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after 5 s) and remove its directory."""
         process, self._process = self._process, None
@@ -125,8 +156,6 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=5)
-        if process is not None and process.stderr:
-            process.stderr.close()
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None

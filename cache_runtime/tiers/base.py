@@ -8,8 +8,11 @@ cache degrades to the tiers still working).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+EvictionCallback = Callable[[str, bytes, float | None], None]
 
 
 @dataclass
@@ -30,13 +33,16 @@ class TierStats:
 
 @runtime_checkable
 class Tier(Protocol):
-    """get / put / delete / contains / stats / check / close.
+    """get / put / delete / contains / stats / check / close, and touch (reset an entry's TTL,
+    for renew-on-hit expiry).
 
     `put` returns False when the value was not stored (too large for the budget, refused by
     admission, backend failure). `ttl_s` is a lifetime in seconds (None: until evicted);
     `pinned` entries are never evicted (they still expire and can be deleted); `parent` names
     the previous page of a KV prefix chain, for tiers that keep chains prefix-closed.
-    `check` returns a list of problems found (empty when consistent).
+    `check` returns a list of problems found (empty when consistent). Tiers that evict on their
+    own accept an `on_evict(key, value, ttl_left_s)` callback, which the hybrid cache uses to
+    demote an evicted entry to the next tier down.
     """
 
     name: str
@@ -54,6 +60,8 @@ class Tier(Protocol):
     ) -> bool: ...
 
     def delete(self, key: str) -> bool: ...
+
+    def touch(self, key: str, ttl_s: float | None) -> bool: ...
 
     def contains(self, key: str) -> bool: ...
 

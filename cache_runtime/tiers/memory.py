@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cache_runtime.policies import DEFAULT_POLICY, POLICIES, EvictionPolicy
-from cache_runtime.tiers.base import TierStats
+from cache_runtime.tiers.base import EvictionCallback, TierStats
 
 
 @dataclass(slots=True)
@@ -48,6 +48,8 @@ class MemoryTier:
         self._bytes = 0
         self._lock = threading.Lock()
         self._stats = TierStats(capacity_bytes=capacity_bytes)
+        self.on_evict: EvictionCallback | None = None
+        self._evicted: list[tuple[str, bytes, float | None]] = []
 
     # -- protocol ----------------------------------------------------------------------------
 
@@ -70,29 +72,18 @@ class MemoryTier:
         pinned: bool = False,
         parent: str | None = None,
     ) -> bool:
-        size = len(value)
         with self._lock:
-            self._stats.puts += 1
-            if parent is not None and self._live(parent) is None:
-                self._stats.rejected += 1  # a page whose prefix is not cached is unusable
+            stored = self._put_locked(key, value, ttl_s, pinned, parent)
+            evicted, self._evicted = self._evicted, []
+        self._demote(evicted)  # outside the lock: the next tier may be slow
+        return stored
+
+    def touch(self, key: str, ttl_s: float | None) -> bool:
+        with self._lock:
+            entry = self._live(key)
+            if entry is None:
                 return False
-            previous = self._entries.get(key)
-            freed = len(previous.value) if previous else 0
-            if not self._make_room(size - freed, protect=key):
-                self._stats.rejected += 1
-                return False
-            now = self._clock()
-            expires = None if ttl_s is None else now + ttl_s
-            if previous is not None:
-                self._bytes -= freed
-                previous.value, previous.expires_at, previous.pinned = value, expires, pinned
-                self.policy.on_access(key, now)
-            else:
-                self._entries[key] = _Entry(value, expires, pinned, parent)
-                if parent is not None:
-                    self._entries[parent].children.add(key)
-                self.policy.on_insert(key, now)
-            self._bytes += size
+            entry.expires_at = None if ttl_s is None else self._clock() + ttl_s
             return True
 
     def delete(self, key: str) -> bool:
@@ -140,6 +131,38 @@ class MemoryTier:
 
     # -- internals (lock held) ---------------------------------------------------------------
 
+    def _put_locked(
+        self, key: str, value: bytes, ttl_s: float | None, pinned: bool, parent: str | None
+    ) -> bool:
+        self._stats.puts += 1
+        if parent is not None and self._live(parent) is None:
+            self._stats.rejected += 1  # a page whose prefix is not cached is unusable
+            return False
+        previous = self._entries.get(key)
+        freed = len(previous.value) if previous else 0
+        if not self._make_room(len(value) - freed, protect=key):
+            self._stats.rejected += 1
+            return False
+        now = self._clock()
+        expires = None if ttl_s is None else now + ttl_s
+        if previous is not None:
+            self._bytes -= freed
+            previous.value, previous.expires_at, previous.pinned = value, expires, pinned
+            self.policy.on_access(key, now)
+        else:
+            self._entries[key] = _Entry(value, expires, pinned, parent)
+            if parent is not None:
+                self._entries[parent].children.add(key)
+            self.policy.on_insert(key, now)
+        self._bytes += len(value)
+        return True
+
+    def _demote(self, evicted: list[tuple[str, bytes, float | None]]) -> None:
+        if self.on_evict is None:
+            return
+        for key, value, ttl_left in evicted:
+            self.on_evict(key, value, ttl_left)
+
     def _live(self, key: str) -> _Entry | None:
         entry = self._entries.get(key)
         if entry is None:
@@ -162,6 +185,10 @@ class MemoryTier:
             victim = self.policy.victim(keep)
             if victim is None:
                 return False
+            entry = self._entries[victim]
+            if self.on_evict is not None:
+                ttl_left = None if entry.expires_at is None else entry.expires_at - self._clock()
+                self._evicted.append((victim, entry.value, ttl_left))
             self._remove(victim)
             self._stats.evictions += 1
         return True

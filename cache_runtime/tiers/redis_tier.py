@@ -120,6 +120,15 @@ class RedisTier:
             self._stats.errors += 1
             return False
 
+    def touch(self, key: str, ttl_s: float | None) -> bool:
+        try:
+            if ttl_s is None:
+                return bool(self._client.persist(self.redis_key(key))) or self.contains(key)
+            return bool(self._client.pexpire(self.redis_key(key), max(1, int(ttl_s * 1000))))
+        except _ERRORS:
+            self._stats.errors += 1
+            return False
+
     def contains(self, key: str) -> bool:
         try:
             return bool(self._client.exists(self.redis_key(key)))

@@ -25,7 +25,7 @@ from pathlib import Path
 import diskcache
 
 from cache_runtime.heat_score import DEFAULT_HALF_LIFE_S, bump, decay_rate, score
-from cache_runtime.tiers.base import TierStats
+from cache_runtime.tiers.base import EvictionCallback, TierStats
 
 _CHECKSUM_BYTES = 16
 _GHOST_LIMIT = 100_000  # keys remembered (heat only) after a miss or an eviction
@@ -61,6 +61,7 @@ class SSDTier:
         self._local = threading.local()
         self._stats = TierStats(capacity_bytes=capacity_bytes)
         self._stats_lock = threading.Lock()
+        self.on_evict: EvictionCallback | None = None
         with self._db() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(
@@ -163,6 +164,18 @@ class SSDTier:
             self._count(errors=1)
             return False
 
+    def touch(self, key: str, ttl_s: float | None) -> bool:
+        expires = None if ttl_s is None else self._clock() + ttl_s
+        try:
+            with self._db() as db:
+                changed = db.execute(
+                    "UPDATE heat SET expires = ? WHERE key = ? AND present = 1", (expires, key)
+                ).rowcount
+        except sqlite3.Error:
+            self._count(errors=1)
+            return False
+        return changed == 1
+
     def contains(self, key: str) -> bool:
         try:
             row = (
@@ -222,7 +235,9 @@ class SSDTier:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _verified(self, key: str, stored: object) -> bytes | None:
+    def _verified(
+        self, key: str, stored: object, db: sqlite3.Connection | None = None
+    ) -> bytes | None:
         if stored is None:
             return None
         if (
@@ -233,8 +248,11 @@ class SSDTier:
             return stored[_CHECKSUM_BYTES:]
         # Corrupt (torn write, bit flip): never serve it, and do not keep it.
         self._count(errors=1)
-        with self._db() as db:
+        if db is not None:
             self._drop(db, key)
+        else:
+            with self._db() as own:
+                self._drop(own, key)
         return None
 
     def _bump(
@@ -287,6 +305,10 @@ class SSDTier:
         if freed < excess:
             return False
         for key in victims:
+            if self.on_evict is not None:
+                value = self._verified(key, self._data.get(key, retry=True), db)
+                if value is not None:
+                    self.on_evict(key, value, None)
             self._data.delete(key, retry=True)
             db.execute("UPDATE heat SET present = 0, size = 0 WHERE key = ?", (key,))
         self._count(evictions=len(victims))

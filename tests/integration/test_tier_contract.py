@@ -162,3 +162,13 @@ def test_redis_cluster_keeps_each_prefix_chain_on_one_slot() -> None:
         )
         assert isinstance(client, RedisCluster) and tier.check() == []
         tier.close()
+
+
+def test_touch_renews_or_clears_the_ttl(tier: Tier) -> None:
+    tier.put(key("renew"), b"v", ttl_s=0.3)
+    assert tier.touch(key("renew"), 60)
+    tier.put(key("fixed"), b"v", ttl_s=0.05)
+    wait_until(lambda: tier.get(key("fixed")) is None)
+    assert tier.get(key("renew")) == b"v"
+    assert tier.touch(key("renew"), None) and tier.get(key("renew")) == b"v"
+    assert not tier.touch(key("absent"), 10)
