@@ -1,0 +1,213 @@
+"""HybridCache: memory -> SSD -> Redis behind one get/put, degrading instead of failing.
+
+- Lookup goes down the tiers; a hit below the top is promoted (copied) into every tier above.
+- Writes go to the tiers in `write_through`; the others receive values when they are evicted from
+  the tier above (write-back / demotion), so a cold value leaves memory for SSD, not for nowhere.
+- Any exception from a tier is counted and treated as a miss or a refused write: a broken SSD or
+  an unreachable Redis makes the cache smaller, never the request fail.
+- `invalidate(key, refill)` removes a key everywhere at once and recomputes it in the background
+  ("update the source, invalidate, refill"); until the refill lands, lookups miss — a stale value
+  is never served after `invalidate` returns.
+- TTL per entry: fixed (expires `ttl_s` after the write) or renew-on-hit (each hit resets it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Literal
+
+from cache_runtime.keys import CacheKey, ExactKey, PrefixKey, SemanticKey, parse_key
+from cache_runtime.metrics import CacheMetrics
+from cache_runtime.tiers.base import Tier
+
+TtlMode = Literal["fixed", "renew"]
+
+
+def key_kind(key: str) -> str:
+    try:
+        return parse_key(key).kind
+    except ValueError:
+        return "other"
+
+
+class HybridCache:
+    """Tiers from fastest to slowest; `write_through` names the tiers every put writes to
+    (default: all). The others are filled by demotion and promotion only."""
+
+    def __init__(
+        self,
+        tiers: Sequence[Tier],
+        write_through: Sequence[str] | None = None,
+        metrics: CacheMetrics | None = None,
+        refill_workers: int = 2,
+    ) -> None:
+        if not tiers:
+            raise ValueError("a hybrid cache needs at least one tier")
+        names = [t.name for t in tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tier names must be unique: {names}")
+        self.tiers = list(tiers)
+        self.write_through = set(names if write_through is None else write_through)
+        unknown = self.write_through - set(names)
+        if unknown:
+            raise ValueError(f"write_through names unknown tiers: {sorted(unknown)}")
+        self.metrics = metrics or CacheMetrics()
+        self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
+        self._renew_lock = threading.Lock()
+        self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
+        for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
+            if hasattr(upper, "on_evict"):
+                upper.on_evict = self._demoter(lower)
+
+    # -- core ----------------------------------------------------------------------------------
+
+    def get(self, key: CacheKey | str) -> bytes | None:
+        """The value from the fastest tier holding it, promoted into the tiers above; or None."""
+        text = key if isinstance(key, str) else key.to_string()
+        kind = key_kind(text)
+        for depth, tier in enumerate(self.tiers):
+            value = self._call(tier, "get", tier.get, text)
+            hit = value is not None
+            self.metrics.lookups.labels(tier.name, kind, "hit" if hit else "miss").inc()
+            if hit:
+                ttl = self._renewed_ttl(text)
+                if ttl is not None:
+                    self._call(tier, "touch", tier.touch, text, ttl)
+                for upper in self.tiers[:depth]:
+                    if self._call(upper, "put", upper.put, text, value, ttl_s=ttl):
+                        self.metrics.promotions.labels(upper.name).inc()
+                return value
+        return None
+
+    def put(
+        self,
+        key: CacheKey | str,
+        value: bytes,
+        *,
+        ttl_s: float | None = None,
+        ttl_mode: TtlMode = "fixed",
+        pinned: bool = False,
+        parent: CacheKey | str | None = None,
+    ) -> bool:
+        """Write to the write-through tiers; True if at least one stored it."""
+        text = key if isinstance(key, str) else key.to_string()
+        parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
+        with self._renew_lock:
+            if ttl_mode == "renew" and ttl_s is not None:
+                self._renew[text] = ttl_s
+            else:
+                self._renew.pop(text, None)
+        kind = key_kind(text)
+        stored = False
+        for tier in self.tiers:
+            if tier.name not in self.write_through:
+                continue
+            ok = self._call(
+                tier, "put", tier.put, text, value, ttl_s=ttl_s, pinned=pinned, parent=parent_text
+            )
+            self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
+            stored = stored or bool(ok)
+        return stored
+
+    def delete(self, key: CacheKey | str) -> bool:
+        text = key if isinstance(key, str) else key.to_string()
+        with self._renew_lock:
+            self._renew.pop(text, None)
+        results = [self._call(t, "delete", t.delete, text) for t in self.tiers]
+        return any(results)
+
+    def invalidate(
+        self,
+        key: CacheKey | str,
+        refill: Callable[[], bytes | None] | None = None,
+        **put_options: object,
+    ) -> Future[bool] | None:
+        """Remove `key` from every tier now; if `refill` is given, recompute and store it in the
+        background. Returns the refill's future (True when the new value was stored)."""
+        self.delete(key)
+        if refill is None:
+            return None
+
+        def run() -> bool:
+            try:
+                value = refill()
+            except Exception:
+                self.metrics.refills.labels("failed").inc()
+                return False
+            if value is None:
+                self.metrics.refills.labels("empty").inc()
+                return False
+            stored = self.put(key, value, **put_options)  # type: ignore[arg-type]
+            self.metrics.refills.labels("stored" if stored else "refused").inc()
+            return stored
+
+        return self._refills.submit(run)
+
+    # -- lookups by key kind -------------------------------------------------------------------
+
+    def get_exact(self, tenant: str, model_id: str, prompt: str) -> bytes | None:
+        return self.get(ExactKey.of(tenant, model_id, prompt))
+
+    def get_semantic(self, key: SemanticKey, verify: Callable[[bytes], bool]) -> bytes | None:
+        """A semantic hit only if `verify(value)` accepts it (the caller checks the stored
+        prompt's similarity, issue 6): an unverified near-match is never returned."""
+        value = self.get(key)
+        if value is None:
+            return None
+        if verify(value):
+            return value
+        self.metrics.lookups.labels("verify", "semantic", "rejected").inc()
+        return None
+
+    def longest_prefix(self, pages: Sequence[PrefixKey]) -> int:
+        """How many leading pages of a chain are cached (a page is usable only after all before
+        it); stops at the first miss."""
+        count = 0
+        for page in pages:
+            text = page.to_string()
+            if not any(self._call(t, "contains", t.contains, text) for t in self.tiers):
+                break
+            count += 1
+        return count
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    def refresh_gauges(self) -> None:
+        for tier in self.tiers:
+            stats = self._call(tier, "stats", tier.stats)
+            if stats is not None:
+                self.metrics.bytes.labels(tier.name).set(stats.bytes)
+                self.metrics.evictions.labels(tier.name).set(stats.evictions)
+
+    def close(self) -> None:
+        self._refills.shutdown(wait=True)
+        for tier in self.tiers:
+            self._call(tier, "close", tier.close)
+
+    def _renewed_ttl(self, key: str) -> float | None:
+        with self._renew_lock:
+            return self._renew.get(key)
+
+    def _demoter(self, lower: Tier) -> Callable[[str, bytes, float | None], None]:
+        def demote(key: str, value: bytes, ttl_left_s: float | None) -> None:
+            if ttl_left_s is not None and ttl_left_s <= 0:
+                return
+            if self._call(lower, "put", lower.put, key, value, ttl_s=ttl_left_s):
+                self.metrics.demotions.labels(lower.name).inc()
+
+        return demote
+
+    def _call(
+        self, tier: Tier, op: str, action: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        started = time.perf_counter()
+        try:
+            return action(*args, **kwargs)
+        except Exception:  # a tier must never fail the request: count, then carry on
+            self.metrics.errors.labels(tier.name, op).inc()
+            return None
+        finally:
+            self.metrics.latency.labels(tier.name, op).observe(time.perf_counter() - started)

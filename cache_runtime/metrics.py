@@ -1,0 +1,58 @@
+"""Prometheus metrics of one cache instance, in a registry the instance owns.
+
+No global registry: two caches in one process (two models, or a test beside the app) must not
+share or clash on counters. Expose with `prometheus_client.generate_latest(cache.metrics.registry)`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0)
+
+
+class CacheMetrics:
+    """Counters by tier and key kind (exact / semantic / prefix / other)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.lookups = Counter(
+            "preheat_cache_lookups", "Lookups answered by a tier (result=hit) or passed on (miss).",
+            ["tier", "kind", "result"], registry=r,
+        )  # fmt: skip
+        self.writes = Counter(
+            "preheat_cache_writes", "Values written to a tier (stored or refused).",
+            ["tier", "kind", "result"], registry=r,
+        )  # fmt: skip
+        self.promotions = Counter(
+            "preheat_cache_promotions", "Values copied up into this tier after a hit below it.",
+            ["tier"], registry=r,
+        )  # fmt: skip
+        self.demotions = Counter(
+            "preheat_cache_demotions", "Values moved down into this tier when evicted above it.",
+            ["tier"], registry=r,
+        )  # fmt: skip
+        self.evictions = Gauge(
+            "preheat_cache_evictions",
+            "Evictions by the tier since it was opened.",
+            ["tier"],
+            registry=r,
+        )
+        self.bytes = Gauge("preheat_cache_bytes", "Bytes held by the tier.", ["tier"], registry=r)
+        self.errors = Counter(
+            "preheat_cache_errors", "Tier failures absorbed by the cache (the request went on).",
+            ["tier", "op"], registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "preheat_cache_op_seconds", "Latency of one tier operation.", ["tier", "op"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.refills = Counter(
+            "preheat_cache_refills", "Background refills after invalidation, by outcome.",
+            ["result"], registry=r,
+        )  # fmt: skip
+
+    def value(self, name: str, **labels: str) -> float:
+        """Current value of a sample (tests, summaries); 0 when never set."""
+        return self.registry.get_sample_value(name, labels) or 0.0

@@ -1,0 +1,177 @@
+"""HybridCache over real tiers: order, promotion, demotion, TTL modes, invalidation, faults."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+
+from cache_runtime.hybrid import HybridCache
+from cache_runtime.keys import ExactKey, PrefixKey
+from cache_runtime.services import RedisServer
+from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
+
+pytestmark = pytest.mark.integration
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def k(prompt: str, tenant: str = "acme") -> ExactKey:
+    return ExactKey.of(tenant, "tiny-gpt2", prompt)
+
+
+@pytest.fixture
+def three_tiers(tmp_path: Path, redis_url: str) -> Iterator[tuple[MemoryTier, SSDTier, RedisTier]]:
+    client = redis_client(redis_url)
+    client.flushdb()
+    tiers = (MemoryTier(1000), SSDTier(tmp_path / "ssd", 10_000), RedisTier(client))
+    yield tiers
+    for tier in tiers:
+        tier.close()
+
+
+def test_hit_below_is_promoted_into_every_tier_above(three_tiers: tuple) -> None:
+    memory, ssd, _ = three_tiers
+    cache = HybridCache(three_tiers, write_through=["redis"])
+    assert cache.put(k("q"), b"answer")
+    assert not memory.contains(k("q").to_string()) and not ssd.contains(k("q").to_string())
+    assert cache.get(k("q")) == b"answer"
+    assert memory.contains(k("q").to_string()) and ssd.contains(k("q").to_string())
+    m = cache.metrics
+    assert m.value("preheat_cache_promotions_total", tier="memory") == 1
+    assert m.value("preheat_cache_lookups_total", tier="redis", kind="exact", result="hit") == 1
+    assert cache.get(k("q")) == b"answer"
+    assert m.value("preheat_cache_lookups_total", tier="memory", kind="exact", result="hit") == 1
+
+
+def test_memory_evictions_are_demoted_not_lost(three_tiers: tuple) -> None:
+    memory, ssd, _ = three_tiers
+    cache = HybridCache(three_tiers, write_through=["memory"])
+    for i in range(10):
+        assert cache.put(k(f"q{i}"), bytes([i]) * 300)  # memory holds 3 of them
+    assert memory.stats().evictions == 7
+    assert cache.metrics.value("preheat_cache_demotions_total", tier="ssd") == 7
+    assert all(cache.get(k(f"q{i}")) == bytes([i]) * 300 for i in range(10))
+    assert ssd.check() == [] and memory.check() == []
+
+
+def test_tenants_never_see_each_others_entries(three_tiers: tuple) -> None:
+    cache = HybridCache(three_tiers)
+    cache.put(k("What is my balance?", "acme"), b"acme: 1,000,000")
+    assert cache.get_exact("globex", "tiny-gpt2", "What is my balance?") is None
+    assert cache.get_exact("acme", "tiny-gpt2", " What is  my balance?") == b"acme: 1,000,000"
+
+
+def test_ttl_fixed_versus_renew_on_hit() -> None:
+    clock = FakeClock()
+    cache = HybridCache([MemoryTier(1000, clock=clock)])
+    cache.put(k("fixed"), b"f", ttl_s=10, ttl_mode="fixed")
+    cache.put(k("renew"), b"r", ttl_s=10, ttl_mode="renew")
+    for _ in range(3):
+        clock.now += 8
+        cache.get(k("fixed"))
+        assert cache.get(k("renew")) == b"r"  # each hit pushes its expiry 10 s out
+    assert cache.get(k("fixed")) is None
+    clock.now += 11
+    assert cache.get(k("renew")) is None
+
+
+def test_pinned_entries_survive_pressure() -> None:
+    cache = HybridCache([MemoryTier(100)])
+    cache.put(k("system prompt"), b"s" * 50, pinned=True)
+    for i in range(20):
+        cache.put(k(f"q{i}"), b"x" * 30)
+    assert cache.get(k("system prompt")) == b"s" * 50
+
+
+def test_invalidate_then_refill_in_background(three_tiers: tuple) -> None:
+    cache = HybridCache(three_tiers)
+    cache.put(k("rate"), b"old rate")
+    source = {"rate": b"new rate"}
+    future = cache.invalidate(k("rate"), refill=lambda: source["rate"])
+    assert cache.get(k("rate")) in (None, b"new rate")  # never the old value once it returned
+    assert future is not None and future.result(timeout=10) is True
+    assert cache.get(k("rate")) == b"new rate"
+    assert all(t.get(k("rate").to_string()) == b"new rate" for t in three_tiers)
+    failing = cache.invalidate(k("rate"), refill=lambda: 1 / 0)
+    assert failing is not None and failing.result(timeout=10) is False
+    assert cache.get(k("rate")) is None  # never the stale value
+    assert cache.metrics.value("preheat_cache_refills_total", result="failed") == 1
+
+
+def test_longest_prefix_stops_at_first_missing_page() -> None:
+    cache = HybridCache([MemoryTier(10_000)])
+    pages = PrefixKey.chain("acme", "tiny-gpt2", [[i] * 16 for i in range(5)])
+    for parent, page in zip([None, *pages[:2]], pages[:3], strict=True):
+        assert cache.put(page, b"kv", parent=parent)
+    assert cache.longest_prefix(pages) == 3
+    other_tenant = PrefixKey.chain("globex", "tiny-gpt2", [[i] * 16 for i in range(5)])
+    assert cache.longest_prefix(other_tenant) == 0
+
+
+class BrokenTier(MemoryTier):
+    def get(self, key: str) -> bytes | None:
+        raise OSError("disk on fire")
+
+    def put(self, key: str, value: bytes, **kwargs: object) -> bool:
+        raise OSError("disk on fire")
+
+
+def test_a_raising_tier_degrades_the_cache_not_the_request(tmp_path: Path) -> None:
+    cache = HybridCache([BrokenTier(1000, name="broken"), MemoryTier(1000, name="memory")])
+    assert cache.put(k("q"), b"v")
+    assert cache.get(k("q")) == b"v"
+    assert cache.metrics.value("preheat_cache_errors_total", tier="broken", op="get") == 1
+    assert cache.metrics.value("preheat_cache_errors_total", tier="broken", op="put") >= 1
+
+
+def test_redis_killed_and_restarted_mid_test(tmp_path: Path) -> None:
+    server = RedisServer().start()
+    redis_tier = RedisTier(redis_client(server.url, socket_timeout_s=0.2))
+    cache = HybridCache([MemoryTier(10_000), redis_tier])
+    cache.put(k("before"), b"1")
+    server.stop()  # killed mid-test
+    assert cache.get(k("before")) == b"1"  # a local hit
+    assert cache.get(k("unknown")) is None  # a miss, no exception
+    assert cache.put(k("during"), b"2")  # memory still takes it
+    assert redis_tier.stats().errors >= 2
+    restarted = RedisServer(port=server.port).start()
+    try:
+        deadline_hits = [cache.put(k(f"after{i}"), b"3") for i in range(3)]
+        assert all(deadline_hits)
+        assert redis_tier.get(k("after2").to_string()) == b"3"  # the tier reconnected
+    finally:
+        restarted.stop()
+        cache.close()
+
+
+def test_metrics_registry_belongs_to_the_instance() -> None:
+    a, b = HybridCache([MemoryTier(100)]), HybridCache([MemoryTier(100)])
+    a.get(k("x"))
+    assert (
+        a.metrics.value("preheat_cache_lookups_total", tier="memory", kind="exact", result="miss")
+        == 1
+    )
+    assert (
+        b.metrics.value("preheat_cache_lookups_total", tier="memory", kind="exact", result="miss")
+        == 0
+    )
+    a.refresh_gauges()
+    assert b"preheat_cache_op_seconds_bucket" in generate_latest(a.metrics.registry)
+
+
+def test_configuration_errors() -> None:
+    with pytest.raises(ValueError, match="at least one tier"):
+        HybridCache([])
+    with pytest.raises(ValueError, match="unique"):
+        HybridCache([MemoryTier(10), MemoryTier(10)])
+    with pytest.raises(ValueError, match="unknown tiers"):
+        HybridCache([MemoryTier(10)], write_through=["ssd"])
