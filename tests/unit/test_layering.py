@@ -19,6 +19,8 @@ HEAVY = ("prefect", "mlflow", "pytorch_lightning", "lightning", "torch", "transf
         "cache_runtime.prefix_hash",
         "cache_runtime.keys",
         "cache_runtime.tiers",
+        "cache_runtime.hybrid",
+        "cache_runtime.kv_pages",
         "data_contracts",
         "data_contracts.lake",
         "data_contracts.derived",
