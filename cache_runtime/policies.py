@@ -19,7 +19,8 @@ class EvictionPolicy:
 
     name = "base"
 
-    def on_insert(self, key: str, now: float) -> None:
+    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+        """`hint` is what the application knows about the new entry (see `Hint`)."""
         raise NotImplementedError
 
     def on_access(self, key: str, now: float) -> None:
@@ -35,14 +36,14 @@ class EvictionPolicy:
 
 class LRUPolicy(EvictionPolicy):
     """Least recently used first. On LLM prefix traces it beats LRU-2 (0.278 vs 0.195 hit ratio
-    at 10% of unique blocks, issue 3), so it is the memory tier's default."""
+    at 10% of unique blocks, issue 3)."""
 
     name = "lru"
 
     def __init__(self) -> None:
         self._order: OrderedDict[str, None] = OrderedDict()
 
-    def on_insert(self, key: str, now: float) -> None:
+    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
         self._order[key] = None
         self._order.move_to_end(key)
 
@@ -75,7 +76,7 @@ class LRUKPolicy(EvictionPolicy):
         self._heap: list[tuple[float, int, str]] = []  # (k-th last access, tiebreak, key)
         self._tick = 0
 
-    def on_insert(self, key: str, now: float) -> None:
+    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
         self._history[key] = [now]
         self._young[key] = None
 
@@ -117,5 +118,85 @@ class LRUKPolicy(EvictionPolicy):
         return found
 
 
-POLICIES: dict[str, type[EvictionPolicy]] = {"lru": LRUPolicy, "lru-k": LRUKPolicy}
-DEFAULT_POLICY = "lru"
+class Hint:
+    """Application knowledge passed with an insert. TAIL: the last block of a request's prompt
+    (known when the request arrives: its length is known), which is rarely shared by a later
+    prompt — on real conversation traces a request's last block is almost never reused."""
+
+    TAIL = "tail"
+
+
+class PrefixSLRU(EvictionPolicy):
+    """Segmented LRU for KV prefix blocks, with cold insertion of request tails.
+
+    - New blocks enter a probation segment; a block hit again moves to a protected segment
+      (at most `protected_share` of the entries), whose overflow falls back to probation.
+      Eviction takes probation's least recent first: one-off blocks never push out reused ones.
+    - A block flagged `Hint.TAIL` (a request's last block) enters probation at its eviction end.
+    - A block that returns shortly after being evicted (it is in the ghost history of the last
+      `len(cache)` evictions) was reused after all and goes straight to protected.
+    Uses only the past of the trace. Capacity in entries is learned at the first eviction (the
+    tier evicts only when full), so the same object serves byte budgets and the simulator.
+
+    Measured on the shipped Mooncake trace (`preheat bench cache`): above LRU and ARC at 10% and
+    20% of unique blocks; at 1% and 5% ARC stays ahead — see the closing note of issue 3.
+    """
+
+    name = "prefix-slru"
+
+    def __init__(self, protected_share: float = 0.8) -> None:
+        if not 0 < protected_share < 1:
+            raise ValueError("protected_share must be in (0, 1)")
+        self.protected_share = protected_share
+        self._probation: OrderedDict[str, None] = OrderedDict()
+        self._protected: OrderedDict[str, None] = OrderedDict()
+        self._ghosts: OrderedDict[str, None] = OrderedDict()
+        self._capacity: int | None = None
+
+    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+        if self._ghosts.pop(key, 0) is None:  # evicted recently and wanted again
+            self._protected[key] = None
+            self._rebalance()
+            return
+        self._probation[key] = None
+        if hint == Hint.TAIL:
+            self._probation.move_to_end(key, last=False)
+
+    def on_access(self, key: str, now: float) -> None:
+        if self._probation.pop(key, 0) is None:
+            self._protected[key] = None
+            self._rebalance()
+        else:
+            self._protected.move_to_end(key)
+
+    def on_remove(self, key: str) -> None:
+        if self._probation.pop(key, 0) is None or self._protected.pop(key, 0) is None:
+            self._ghosts[key] = None
+            while len(self._ghosts) > max(len(self._probation) + len(self._protected), 1):
+                self._ghosts.popitem(last=False)
+
+    def victim(self, keep: Callable[[str], bool]) -> str | None:
+        if self._capacity is None:
+            self._capacity = len(self._probation) + len(self._protected)
+        for segment in (self._probation, self._protected):
+            found = next((key for key in segment if not keep(key)), None)
+            if found is not None:
+                return found
+        return None
+
+    def _rebalance(self) -> None:
+        entries = self._capacity or len(self._probation) + len(self._protected)
+        limit = max(1, int(entries * self.protected_share))
+        while len(self._protected) > limit:
+            demoted, _ = self._protected.popitem(last=False)
+            self._probation[demoted] = None
+
+
+POLICIES: dict[str, type[EvictionPolicy]] = {
+    "lru": LRUPolicy,
+    "lru-k": LRUKPolicy,
+    "prefix-slru": PrefixSLRU,
+}
+# The memory tier's default is the measured winner: on the Mooncake trace prefix-slru beats LRU
+# at 1, 5, 10 and 20% of unique blocks, with and without hints (`preheat bench cache`).
+DEFAULT_POLICY = "prefix-slru"

@@ -236,6 +236,51 @@ def demo(
     run_demo(settings, log=log, days=days, console=stderr)
 
 
+bench = typer.Typer(
+    help="Measurements: each prints one JSON object to stdout.", no_args_is_help=True
+)
+app.add_typer(bench, name="bench")
+
+
+def _parse_sizes(sizes: str) -> list[float]:
+    try:
+        values = [float(part) for part in sizes.split(",") if part.strip()]
+    except ValueError:
+        raise CliError(
+            f"--sizes {sizes!r}: expected comma-separated fractions like 0.01,0.1"
+        ) from None
+    if not values or any(not 0 < v <= 1 for v in values):
+        raise CliError(f"--sizes {sizes!r}: every fraction must be in (0, 1]")
+    return values
+
+
+@bench.command("cache")
+def bench_cache_command(
+    trace: Annotated[Path, typer.Option(help="Trace file.")],
+    format_name: Annotated[
+        str, typer.Option("--format", help="mooncake|lirs|cache2k|oracle")
+    ] = "mooncake",
+    sizes: Annotated[
+        str, typer.Option(help="Cache sizes as fractions of the unique objects.")
+    ] = "0.01,0.05,0.1,0.2",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Accepted for symmetry; output is JSON.")
+    ] = True,
+) -> None:
+    """Replay a trace through the memory tier's policy and libCacheSim's, side by side."""
+    from flows.bench.cache_bench import bench_cache
+    from flows.bench.traces import TraceError, load_trace
+
+    fractions = _parse_sizes(sizes)
+    try:
+        loaded = load_trace(trace, format_name)
+    except TraceError as err:
+        raise CliError(str(err)) from None
+    with stderr.status("replaying") as status:
+        result = bench_cache(loaded, fractions, progress=lambda text: status.update(text))
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+
+
 def main() -> None:
     """Entry point: every usage or input error becomes one line on stderr and exit code 2."""
     command = typer.main.get_command(app)

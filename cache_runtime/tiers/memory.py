@@ -71,9 +71,11 @@ class MemoryTier:
         ttl_s: float | None = None,
         pinned: bool = False,
         parent: str | None = None,
+        hint: str | None = None,
     ) -> bool:
+        """As the protocol; `hint` is passed to the policy (`policies.Hint`)."""
         with self._lock:
-            stored = self._put_locked(key, value, ttl_s, pinned, parent)
+            stored = self._put_locked(key, value, ttl_s, pinned, parent, hint)
             evicted, self._evicted = self._evicted, []
         self._demote(evicted)  # outside the lock: the next tier may be slow
         return stored
@@ -132,7 +134,13 @@ class MemoryTier:
     # -- internals (lock held) ---------------------------------------------------------------
 
     def _put_locked(
-        self, key: str, value: bytes, ttl_s: float | None, pinned: bool, parent: str | None
+        self,
+        key: str,
+        value: bytes,
+        ttl_s: float | None,
+        pinned: bool,
+        parent: str | None,
+        hint: str | None,
     ) -> bool:
         self._stats.puts += 1
         if parent is not None and self._live(parent) is None:
@@ -153,7 +161,7 @@ class MemoryTier:
             self._entries[key] = _Entry(value, expires, pinned, parent)
             if parent is not None:
                 self._entries[parent].children.add(key)
-            self.policy.on_insert(key, now)
+            self.policy.on_insert(key, now, hint)
         self._bytes += len(value)
         return True
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cache_runtime.policies import LRUKPolicy, LRUPolicy
+from cache_runtime.policies import Hint, LRUKPolicy, LRUPolicy, PrefixSLRU
 from cache_runtime.tiers import MemoryTier, Tier
 
 
@@ -117,7 +118,7 @@ def test_deleting_or_expiring_a_page_removes_its_descendants() -> None:
         ),
         max_size=120,
     ),
-    st.sampled_from(["lru", "lru-k"]),
+    st.sampled_from(["lru", "lru-k", "prefix-slru"]),
 )
 def test_random_operations_keep_the_tier_consistent(ops: list, policy: str) -> None:
     """Whatever happens, the budget holds, chains stay prefix-closed, counts stay exact."""
@@ -135,3 +136,30 @@ def test_random_operations_keep_the_tier_consistent(ops: list, policy: str) -> N
             tier.delete(key)
         assert tier.check() == []
         assert tier.stats().bytes <= 100
+
+
+def test_prefix_slru_evicts_request_tails_and_one_offs_before_reused_blocks() -> None:
+    tier = MemoryTier(40)  # the default policy: prefix-slru
+    tier.put("system", b"x" * 10)
+    tier.get("system")  # reused: protected
+    tier.put("tail", b"x" * 10, hint=Hint.TAIL)
+    tier.put("mid", b"x" * 10)
+    tier.put("new", b"x" * 10)
+    tier.put("newer", b"x" * 10)  # full: the tail goes first, not the older "system"
+    assert not tier.contains("tail") and tier.contains("system") and tier.contains("mid")
+    for i in range(6):  # a scan of one-offs never displaces the protected block
+        tier.put(f"scan{i}", b"y" * 10)
+    assert tier.contains("system")
+
+
+def test_prefix_slru_ghost_hit_goes_straight_to_protected() -> None:
+    policy = PrefixSLRU()
+    tier = MemoryTier(20, policy=policy)
+    tier.put("a", b"x" * 10)
+    tier.put("b", b"x" * 10)
+    tier.put("c", b"x" * 10)  # evicts a (ghost)
+    tier.put("a", b"x" * 10)  # a returns: protected; b (probation) is evicted
+    tier.put("d", b"x" * 10)
+    assert tier.contains("a") and not tier.contains("b")
+    with pytest.raises(ValueError):
+        PrefixSLRU(protected_share=1.0)

@@ -1,0 +1,68 @@
+"""Replay an access trace through a policy object: the same code the memory tier runs.
+
+Objects have unit size here (a KV page or a trace block each), so capacity is a number of
+entries. `prefix_hits` turns per-access hits into what a KV prefix cache can use: within one
+request, a block only counts once every block before it hit too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from cache_runtime.policies import EvictionPolicy, Hint
+
+
+def _never(_: str) -> bool:
+    return False
+
+
+def replay(
+    policy: EvictionPolicy,
+    accesses: np.ndarray,
+    request_starts: np.ndarray,
+    capacity: int,
+    hints: bool = True,
+) -> np.ndarray:
+    """Per-access hit mask. `accesses`: (N,) int64 object ids in order; `request_starts`:
+    (R,) index of each request's first access. With `hints`, each request's last block is
+    inserted with `Hint.TAIL`."""
+    if capacity <= 0:
+        raise ValueError("capacity must be positive")
+    n = len(accesses)
+    tails = np.zeros(n, dtype=bool)
+    if hints and len(request_starts):
+        tails[np.append(request_starts[1:], n) - 1] = True
+    hits = np.zeros(n, dtype=bool)
+    resident: set[int] = set()
+    keys = accesses.tolist()
+    on_access, on_insert, on_remove, victim = (
+        policy.on_access, policy.on_insert, policy.on_remove, policy.victim,
+    )  # fmt: skip
+    keep: Callable[[str], bool] = _never
+    for i, obj in enumerate(keys):
+        key = obj  # ints are valid dict keys; policies treat keys as opaque
+        if obj in resident:
+            hits[i] = True
+            on_access(key, float(i))
+            continue
+        if len(resident) >= capacity:
+            gone = victim(keep)
+            on_remove(gone)
+            resident.discard(gone)
+        on_insert(key, float(i), Hint.TAIL if tails[i] else None)
+        resident.add(obj)
+    return hits
+
+
+def prefix_hits(hits: np.ndarray, request_starts: np.ndarray) -> np.ndarray:
+    """Hits that a prefix cache can use: leading runs of hits within each request."""
+    n = len(hits)
+    request_of = np.zeros(n, dtype=np.int64)
+    request_of[request_starts[1:]] = 1
+    request_of = np.cumsum(request_of)
+    misses_so_far = np.cumsum(~hits)
+    # misses before each request's start, broadcast to its accesses
+    before = np.concatenate([[0], misses_so_far])[request_starts][request_of]
+    return hits & (misses_so_far - before == 0)

@@ -1,0 +1,1 @@
+"""Measurement commands behind `preheat bench ...`: each prints one JSON object."""

@@ -1,0 +1,96 @@
+"""`preheat bench cache`: the memory tier's policies next to libCacheSim's on one trace.
+
+Every policy sees the same accesses at the same capacities (a fraction of the unique objects,
+unit sizes). Block hit ratio counts every hit; prefix hit ratio counts a block only when every
+block before it in its request hit too — what a KV prefix cache can actually use. Belady is the
+offline optimum (it reads the future from an oracleGeneral file); the others are online.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cache_runtime.policies import LRUPolicy, PrefixSLRU
+from cache_runtime.simulator import prefix_hits, replay
+from flows.bench.traces import AccessTrace, write_oracle
+
+LIBCACHESIM_POLICIES = ("LRU", "ARC", "S3FIFO", "Sieve", "WTinyLFU")
+
+
+def _libcachesim_hits(name: str, trace: AccessTrace, capacity: int, oracle: Path) -> np.ndarray:
+    import libcachesim as lcs
+
+    cache = getattr(lcs, name)(cache_size=capacity)
+    hits = np.zeros(len(trace.accesses), dtype=bool)
+    if name == "Belady":
+        reader = lcs.TraceReader(str(oracle), lcs.TraceType.ORACLE_GENERAL_TRACE)
+        for i, request in enumerate(reader):
+            hits[i] = cache.get(request)
+        return hits
+    request = lcs.Request()
+    request.obj_size = 1
+    get = cache.get
+    for i, obj in enumerate(trace.accesses.tolist()):
+        request.obj_id = obj
+        hits[i] = get(request)
+    return hits
+
+
+def _ratios(hits: np.ndarray, trace: AccessTrace) -> tuple[float, float]:
+    return (
+        round(float(hits.mean()), 4),
+        round(float(prefix_hits(hits, trace.request_starts).mean()), 4),
+    )
+
+
+def bench_cache(
+    trace: AccessTrace, sizes: list[float], progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """The JSON object of `preheat bench cache` (see the issue for its fields)."""
+    unique = trace.unique
+    result: dict[str, Any] = {
+        "trace": trace.name,
+        "requests": len(trace.request_starts),
+        "accesses": len(trace.accesses),
+        "unique": unique,
+        "infinite_hit_ratio": round(1 - unique / len(trace.accesses), 4),
+        "sizes": {},
+    }
+    replayed, replay_seconds = 0, 0.0
+    with tempfile.TemporaryDirectory() as work:
+        oracle = Path(work) / "trace.oracleGeneral"
+        write_oracle(trace, oracle)
+        for fraction in sizes:
+            capacity = max(1, round(fraction * unique))
+            row: dict[str, float] = {"capacity": capacity}
+            started = time.perf_counter()
+            ours = replay(PrefixSLRU(), trace.accesses, trace.request_starts, capacity)
+            replay_seconds += time.perf_counter() - started
+            replayed += len(trace.accesses)
+            row["preheat"], row["preheat_prefix"] = _ratios(ours, trace)
+            no_hints = replay(
+                PrefixSLRU(), trace.accesses, trace.request_starts, capacity, hints=False
+            )
+            row["preheat_no_hints"], row["preheat_no_hints_prefix"] = _ratios(no_hints, trace)
+            own_lru = replay(LRUPolicy(), trace.accesses, trace.request_starts, capacity)
+            row["preheat_lru"], _ = _ratios(own_lru, trace)
+            for name in (*LIBCACHESIM_POLICIES, "Belady"):
+                if progress:
+                    progress(f"size {fraction}: {name}")
+                hits = _libcachesim_hits(name, trace, capacity, oracle)
+                row[name], row[f"{name}_prefix"] = _ratios(hits, trace)
+            online = [row[n] for n in LIBCACHESIM_POLICIES]
+            row["best_online"] = max(online)
+            gap = row["Belady"] - row["LRU"]
+            row["gap_closed_vs_lru"] = (
+                round((row["preheat"] - row["LRU"]) / gap, 4) if gap > 0 else 0.0
+            )
+            result["sizes"][str(fraction)] = row
+    result["req_per_s"] = round(replayed / replay_seconds, 1) if replay_seconds else None
+    return result

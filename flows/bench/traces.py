@@ -1,0 +1,109 @@
+"""Access traces for cache replay: object ids in order, grouped into requests.
+
+Formats: `mooncake` (each request's 512-token prefix blocks, in order: one access per block),
+`lirs` (one key per line, optionally gzip), `cache2k` (big-endian int32 keys, optionally xz) and
+`oracle` (libCacheSim oracleGeneral binary). Only Mooncake has requests of several blocks; in the
+others every access is its own request, and prefix hits equal block hits.
+"""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+ORACLE_DTYPE = np.dtype([("time", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
+TRACE_FORMATS = ("mooncake", "lirs", "cache2k", "oracle")
+
+
+class TraceError(ValueError):
+    """The trace cannot be read in the given format."""
+
+
+@dataclass(frozen=True)
+class AccessTrace:
+    name: str
+    accesses: np.ndarray  # (N,) int64 object ids, in access order
+    request_starts: np.ndarray  # (R,) int64 index of each request's first access
+
+    @property
+    def unique(self) -> int:
+        return len(np.unique(self.accesses))
+
+
+def _open(path: Path) -> bytes:
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        return gzip.decompress(data)
+    if path.suffix == ".xz":
+        return lzma.decompress(data)
+    return data
+
+
+def load_trace(path: Path, fmt: str) -> AccessTrace:
+    if fmt not in TRACE_FORMATS:
+        raise TraceError(f"unknown trace format {fmt!r}; choose one of {', '.join(TRACE_FORMATS)}")
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    try:
+        data = _open(path)
+    except (OSError, EOFError, lzma.LZMAError) as err:
+        raise TraceError(f"{path}: cannot decompress ({err})") from None
+    if fmt == "mooncake":
+        return _mooncake(path, data)
+    if fmt == "lirs":
+        try:
+            ids = np.array([int(x) for x in data.split()], dtype=np.int64)
+        except ValueError:
+            raise TraceError(f"{path}: lirs traces hold one integer key per line") from None
+    elif fmt == "cache2k":
+        if len(data) % 4:
+            raise TraceError(f"{path}: cache2k traces are big-endian int32 keys")
+        ids = np.frombuffer(data, dtype=">i4").astype(np.int64)
+    else:
+        if len(data) % ORACLE_DTYPE.itemsize:
+            raise TraceError(f"{path}: not an oracleGeneral trace (24-byte records)")
+        ids = np.frombuffer(data, dtype=ORACLE_DTYPE)["id"].astype(np.int64)
+    if not len(ids):
+        raise TraceError(f"{path}: empty trace")
+    return AccessTrace(path.name, ids, np.arange(len(ids), dtype=np.int64))
+
+
+def _mooncake(path: Path, data: bytes) -> AccessTrace:
+    blocks: list[int] = []
+    starts: list[int] = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            ids = orjson.loads(line)["hash_ids"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            raise TraceError(f"{path}:{number}: not a Mooncake record with hash_ids") from None
+        if ids:
+            starts.append(len(blocks))
+            blocks.extend(ids)
+    if not blocks:
+        raise TraceError(f"{path}: no blocks")
+    return AccessTrace(
+        path.name, np.array(blocks, dtype=np.int64), np.array(starts, dtype=np.int64)
+    )
+
+
+def write_oracle(trace: AccessTrace, path: Path) -> None:
+    """The trace as oracleGeneral records (time = access index, unit size, next access index or
+    -1), which libCacheSim's Belady needs: without it Belady is silently wrong (DESIGN.md)."""
+    n = len(trace.accesses)
+    next_index = np.full(n, -1, dtype=np.int64)
+    order = np.lexsort((np.arange(n), trace.accesses))  # by id, then position
+    same = trace.accesses[order[1:]] == trace.accesses[order[:-1]]
+    next_index[order[:-1][same]] = order[1:][same]
+    records = np.zeros(n, dtype=ORACLE_DTYPE)
+    records["time"] = np.arange(n)
+    records["id"] = trace.accesses.astype(np.uint64)
+    records["size"] = 1
+    records["next"] = next_index
+    records.tofile(path)

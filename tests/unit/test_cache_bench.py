@@ -1,0 +1,117 @@
+"""The cache replay harness: our LRU equals libCacheSim's, prefix hits, trace formats, Belady."""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from cache_runtime.policies import LRUPolicy, PrefixSLRU
+from cache_runtime.simulator import prefix_hits, replay
+from flows.bench.cache_bench import _libcachesim_hits, bench_cache
+from flows.bench.traces import ORACLE_DTYPE, AccessTrace, TraceError, load_trace, write_oracle
+
+
+def random_trace(n: int = 4000, seed: int = 0) -> AccessTrace:
+    rng = np.random.default_rng(seed)
+    ids = rng.zipf(1.3, n).astype(np.int64) % 500
+    starts = np.sort(rng.choice(np.arange(1, n), size=n // 8, replace=False))
+    return AccessTrace("random", ids, np.concatenate([[0], starts]).astype(np.int64))
+
+
+def test_own_lru_replay_matches_libcachesim_lru_access_by_access(tmp_path: Path) -> None:
+    trace = random_trace()
+    ours = replay(LRUPolicy(), trace.accesses, trace.request_starts, 50, hints=False)
+    write_oracle(trace, tmp_path / "t.oracle")
+    theirs = _libcachesim_hits("LRU", trace, 50, tmp_path / "t.oracle")
+    assert np.array_equal(ours, theirs)
+
+
+def test_belady_is_an_upper_bound(tmp_path: Path) -> None:
+    trace = random_trace(seed=1)
+    write_oracle(trace, tmp_path / "t.oracle")
+    belady = _libcachesim_hits("Belady", trace, 50, tmp_path / "t.oracle").mean()
+    for name in ("LRU", "ARC", "S3FIFO", "Sieve"):
+        assert _libcachesim_hits(name, trace, 50, tmp_path / "t.oracle").mean() <= belady
+    assert replay(PrefixSLRU(), trace.accesses, trace.request_starts, 50).mean() <= belady
+
+
+def test_oracle_file_has_next_access_indices(tmp_path: Path) -> None:
+    trace = AccessTrace("t", np.array([5, 6, 5, 7, 6, 5]), np.arange(6))
+    write_oracle(trace, tmp_path / "t.oracle")
+    records = np.fromfile(tmp_path / "t.oracle", dtype=ORACLE_DTYPE)
+    assert records["next"].tolist() == [2, 4, 5, -1, -1, -1]
+    assert records["id"].tolist() == [5, 6, 5, 7, 6, 5]
+
+
+def test_prefix_hits_need_every_earlier_block_of_the_request() -> None:
+    hits = np.array([True, False, True, True, True, True, False])
+    starts = np.array([0, 3, 5])
+    assert prefix_hits(hits, starts).tolist() == [True, False, False, True, True, True, False]
+
+
+def test_trace_formats(tmp_path: Path) -> None:
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_bytes(
+        b"\n".join(orjson.dumps({"timestamp": i, "hash_ids": [0, 1, i + 2]}) for i in range(3))
+    )
+    trace = load_trace(mooncake, "mooncake")
+    assert trace.accesses.tolist() == [
+        0,
+        1,
+        2,
+        0,
+        1,
+        3,
+        0,
+        1,
+        4,
+    ] and trace.request_starts.tolist() == [0, 3, 6]
+    lirs = tmp_path / "x.trace.gz"
+    lirs.write_bytes(gzip.compress(b"1\n2\n1\n"))
+    assert load_trace(lirs, "lirs").accesses.tolist() == [1, 2, 1]
+    cache2k = tmp_path / "w.trace.xz"
+    cache2k.write_bytes(lzma.compress(np.array([7, 8, 7], dtype=">i4").tobytes()))
+    assert load_trace(cache2k, "cache2k").accesses.tolist() == [7, 8, 7]
+    write_oracle(trace, tmp_path / "o.bin")
+    assert load_trace(tmp_path / "o.bin", "oracle").accesses.tolist() == trace.accesses.tolist()
+
+
+@pytest.mark.parametrize(
+    ("content", "fmt", "message"),
+    [
+        (b"not json", "mooncake", "not a Mooncake record"),
+        (b"1\nx\n", "lirs", "one integer key per line"),
+        (b"12345", "cache2k", "big-endian int32"),
+        (b"", "lirs", "empty trace"),
+        (b"1", "parquet", "unknown trace format"),
+    ],
+)
+def test_bad_traces_are_rejected_with_a_reason(
+    tmp_path: Path, content: bytes, fmt: str, message: str
+) -> None:
+    path = tmp_path / "t.txt"
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=message):
+        load_trace(path, fmt)
+
+
+def test_bench_cache_output_shape() -> None:
+    result = bench_cache(random_trace(2000, seed=2), [0.05, 0.2])
+    assert set(result) >= {
+        "trace",
+        "requests",
+        "unique",
+        "infinite_hit_ratio",
+        "req_per_s",
+        "sizes",
+    }
+    for row in result["sizes"].values():
+        for name in ("preheat", "LRU", "ARC", "S3FIFO", "Sieve", "WTinyLFU", "Belady"):
+            assert 0 <= row[name] <= row["Belady"] + 1e-9 or name == "Belady"
+            assert row[f"{name}_prefix"] <= row[name] + 1e-9
+        assert row["LRU"] == row["preheat_lru"]  # one policy, two places
