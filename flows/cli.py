@@ -281,6 +281,22 @@ def bench_cache_command(
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 
 
+@bench.command("runtime")
+def bench_runtime_command(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Accepted for symmetry; output is JSON.")
+    ] = True,
+    config: ConfigOption = None,
+) -> None:
+    """Tier costs: memory vs cachetools and dict, SSD latency, Redis vs redis-benchmark."""
+    settings = _settings(config, None)
+    from flows.bench.runtime_bench import bench_runtime
+
+    with stderr.status("measuring tiers"):
+        result = bench_runtime(settings.redis_url)
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+
+
 def main() -> None:
     """Entry point: every usage or input error becomes one line on stderr and exit code 2."""
     command = typer.main.get_command(app)
