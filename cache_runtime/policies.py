@@ -18,6 +18,7 @@ class EvictionPolicy:
     """Base: `on_insert` / `on_access` / `on_remove` keep state, `victim` names the next one."""
 
     name = "base"
+    uses_time = False  # True if on_access/on_insert read `now` (else the tier passes 0.0)
 
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
         """`hint` is what the application knows about the new entry (see `Hint`)."""
@@ -66,6 +67,7 @@ class LRUKPolicy(EvictionPolicy):
     """
 
     name = "lru-k"
+    uses_time = True
 
     def __init__(self, k: int = 2) -> None:
         if k < 2:
@@ -126,77 +128,28 @@ class Hint:
     TAIL = "tail"
 
 
-class PrefixSLRU(EvictionPolicy):
-    """Segmented LRU for KV prefix blocks, with cold insertion of request tails.
+def _registry() -> dict[str, type[EvictionPolicy]]:
+    from cache_runtime.prefix_policies import DuelingPolicy, PrefixARC, PrefixSLRU
 
-    - New blocks enter a probation segment; a block hit again moves to a protected segment
-      (at most `protected_share` of the entries), whose overflow falls back to probation.
-      Eviction takes probation's least recent first: one-off blocks never push out reused ones.
-    - A block flagged `Hint.TAIL` (a request's last block) enters probation at its eviction end.
-    - A block that returns shortly after being evicted (it is in the ghost history of the last
-      `len(cache)` evictions) was reused after all and goes straight to protected.
-    Uses only the past of the trace. Capacity in entries is learned at the first eviction (the
-    tier evicts only when full), so the same object serves byte budgets and the simulator.
-
-    Measured on the shipped Mooncake trace (`preheat bench cache`): above LRU and ARC at 10% and
-    20% of unique blocks; at 1% and 5% ARC stays ahead — see the closing note of issue 3.
-    """
-
-    name = "prefix-slru"
-
-    def __init__(self, protected_share: float = 0.8) -> None:
-        if not 0 < protected_share < 1:
-            raise ValueError("protected_share must be in (0, 1)")
-        self.protected_share = protected_share
-        self._probation: OrderedDict[str, None] = OrderedDict()
-        self._protected: OrderedDict[str, None] = OrderedDict()
-        self._ghosts: OrderedDict[str, None] = OrderedDict()
-        self._capacity: int | None = None
-
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
-        if self._ghosts.pop(key, 0) is None:  # evicted recently and wanted again
-            self._protected[key] = None
-            self._rebalance()
-            return
-        self._probation[key] = None
-        if hint == Hint.TAIL:
-            self._probation.move_to_end(key, last=False)
-
-    def on_access(self, key: str, now: float) -> None:
-        if self._probation.pop(key, 0) is None:
-            self._protected[key] = None
-            self._rebalance()
-        else:
-            self._protected.move_to_end(key)
-
-    def on_remove(self, key: str) -> None:
-        if self._probation.pop(key, 0) is None or self._protected.pop(key, 0) is None:
-            self._ghosts[key] = None
-            while len(self._ghosts) > max(len(self._probation) + len(self._protected), 1):
-                self._ghosts.popitem(last=False)
-
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
-        if self._capacity is None:
-            self._capacity = len(self._probation) + len(self._protected)
-        for segment in (self._probation, self._protected):
-            found = next((key for key in segment if not keep(key)), None)
-            if found is not None:
-                return found
-        return None
-
-    def _rebalance(self) -> None:
-        entries = self._capacity or len(self._probation) + len(self._protected)
-        limit = max(1, int(entries * self.protected_share))
-        while len(self._protected) > limit:
-            demoted, _ = self._protected.popitem(last=False)
-            self._probation[demoted] = None
+    return {
+        "lru": LRUPolicy,
+        "lru-k": LRUKPolicy,
+        "prefix-slru": PrefixSLRU,
+        "prefix-arc": PrefixARC,
+        "preheat": DuelingPolicy,
+    }
 
 
-POLICIES: dict[str, type[EvictionPolicy]] = {
-    "lru": LRUPolicy,
-    "lru-k": LRUKPolicy,
-    "prefix-slru": PrefixSLRU,
-}
-# The memory tier's default is the measured winner: on the Mooncake trace prefix-slru beats LRU
-# at 1, 5, 10 and 20% of unique blocks, with and without hints (`preheat bench cache`).
-DEFAULT_POLICY = "prefix-slru"
+def make_policy(name: str) -> EvictionPolicy:
+    """A new policy by name; `ValueError` naming the choices for an unknown one."""
+    registry = _registry()
+    if name not in registry:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(registry)}")
+    return registry[name]()
+
+
+POLICY_NAMES = ("lru", "lru-k", "prefix-slru", "prefix-arc", "preheat")
+# The memory tier's default is the measured winner (`preheat bench cache`, Mooncake trace): the
+# dueling "preheat" policy is above LRU, ARC, S3-FIFO, Sieve and W-TinyLFU at 1, 5, 10 and 20% of
+# unique blocks, for block and prefix hits.
+DEFAULT_POLICY = "preheat"

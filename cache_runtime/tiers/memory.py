@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cache_runtime.policies import DEFAULT_POLICY, POLICIES, EvictionPolicy
+from cache_runtime.policies import DEFAULT_POLICY, EvictionPolicy, make_policy
 from cache_runtime.tiers.base import EvictionCallback, TierStats
 
 
@@ -42,7 +42,9 @@ class MemoryTier:
             raise ValueError("capacity_bytes must be positive")
         self.name = name
         self.capacity_bytes = capacity_bytes
-        self.policy = POLICIES[policy]() if isinstance(policy, str) else policy
+        self.policy = make_policy(policy) if isinstance(policy, str) else policy
+        self._on_access = self.policy.on_access
+        self._timed = self.policy.uses_time
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
         self._bytes = 0
@@ -54,13 +56,17 @@ class MemoryTier:
     # -- protocol ----------------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
+        # The hot path, kept flat: one dict lookup, an expiry check only for entries with a TTL,
+        # and the clock read only for policies that use time.
         with self._lock:
-            entry = self._live(key)
+            entry = self._entries.get(key)
+            if entry is not None and entry.expires_at is not None:
+                entry = self._live(key)
             if entry is None:
                 self._stats.misses += 1
                 return None
             self._stats.hits += 1
-            self.policy.on_access(key, self._clock())
+            self._on_access(key, self._clock() if self._timed else 0.0)
             return entry.value
 
     def put(

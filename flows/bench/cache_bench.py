@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from cache_runtime.policies import LRUPolicy, PrefixSLRU
+from cache_runtime.policies import LRUPolicy
+from cache_runtime.prefix_policies import DuelingPolicy, PrefixARC, PrefixSLRU
 from cache_runtime.simulator import prefix_hits, replay
 from flows.bench.traces import AccessTrace, write_oracle
 
@@ -70,14 +71,20 @@ def bench_cache(
             capacity = max(1, round(fraction * unique))
             row: dict[str, float] = {"capacity": capacity}
             started = time.perf_counter()
-            ours = replay(PrefixSLRU(), trace.accesses, trace.request_starts, capacity)
+            ours = replay(
+                DuelingPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity
+            )
             replay_seconds += time.perf_counter() - started
             replayed += len(trace.accesses)
             row["preheat"], row["preheat_prefix"] = _ratios(ours, trace)
             no_hints = replay(
-                PrefixSLRU(), trace.accesses, trace.request_starts, capacity, hints=False
-            )
+                DuelingPolicy(capacity=capacity),
+                trace.accesses, trace.request_starts, capacity, hints=False,
+            )  # fmt: skip
             row["preheat_no_hints"], row["preheat_no_hints_prefix"] = _ratios(no_hints, trace)
+            for name, policy in (("prefix_slru", PrefixSLRU()), ("prefix_arc", PrefixARC())):
+                hits = replay(policy, trace.accesses, trace.request_starts, capacity)
+                row[name], row[f"{name}_prefix"] = _ratios(hits, trace)
             own_lru = replay(LRUPolicy(), trace.accesses, trace.request_starts, capacity)
             row["preheat_lru"], _ = _ratios(own_lru, trace)
             for name in (*LIBCACHESIM_POLICIES, "Belady"):

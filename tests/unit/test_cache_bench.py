@@ -10,7 +10,8 @@ import numpy as np
 import orjson
 import pytest
 
-from cache_runtime.policies import LRUPolicy, PrefixSLRU
+from cache_runtime.policies import LRUPolicy
+from cache_runtime.prefix_policies import DuelingPolicy, PrefixARC, PrefixSLRU
 from cache_runtime.simulator import prefix_hits, replay
 from flows.bench.cache_bench import _libcachesim_hits, bench_cache
 from flows.bench.traces import ORACLE_DTYPE, AccessTrace, TraceError, load_trace, write_oracle
@@ -21,6 +22,31 @@ def random_trace(n: int = 4000, seed: int = 0) -> AccessTrace:
     ids = rng.zipf(1.3, n).astype(np.int64) % 500
     starts = np.sort(rng.choice(np.arange(1, n), size=n // 8, replace=False))
     return AccessTrace("random", ids, np.concatenate([[0], starts]).astype(np.int64))
+
+
+def test_own_arc_without_hints_tracks_libcachesim_arc(tmp_path: Path) -> None:
+    trace = random_trace(20_000, seed=4)
+    write_oracle(trace, tmp_path / "t.oracle")
+    ours = replay(PrefixARC(tail_cold=False), trace.accesses, trace.request_starts, 60, hints=False)
+    theirs = _libcachesim_hits("ARC", trace, 60, tmp_path / "t.oracle")
+    assert abs(ours.mean() - theirs.mean()) < 0.01
+
+
+def test_dueling_follows_the_better_member() -> None:
+    """A scan-heavy workload with a small hot set: whichever member does better leads."""
+    rng = np.random.default_rng(5)
+    hot = rng.integers(0, 40, 30_000)
+    scan = np.arange(100_000, 130_000)
+    accesses = np.empty(60_000, dtype=np.int64)
+    accesses[0::2], accesses[1::2] = hot, scan
+    trace = AccessTrace("mixed", accesses, np.arange(len(accesses)))
+    duel = DuelingPolicy()
+    hits = replay(duel, trace.accesses, trace.request_starts, 100, hints=False).mean()
+    members = [
+        replay(p, trace.accesses, trace.request_starts, 100, hints=False).mean()
+        for p in (PrefixARC(), PrefixSLRU())
+    ]
+    assert hits >= min(members) and hits >= 0.9 * max(members)
 
 
 def test_own_lru_replay_matches_libcachesim_lru_access_by_access(tmp_path: Path) -> None:

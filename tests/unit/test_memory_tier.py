@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cache_runtime.policies import Hint, LRUKPolicy, LRUPolicy, PrefixSLRU
+from cache_runtime.policies import Hint, LRUKPolicy, LRUPolicy
+from cache_runtime.prefix_policies import PrefixSLRU
 from cache_runtime.tiers import MemoryTier, Tier
 
 
@@ -118,7 +119,7 @@ def test_deleting_or_expiring_a_page_removes_its_descendants() -> None:
         ),
         max_size=120,
     ),
-    st.sampled_from(["lru", "lru-k", "prefix-slru"]),
+    st.sampled_from(["lru", "lru-k", "prefix-slru", "prefix-arc", "preheat"]),
 )
 def test_random_operations_keep_the_tier_consistent(ops: list, policy: str) -> None:
     """Whatever happens, the budget holds, chains stay prefix-closed, counts stay exact."""
@@ -139,7 +140,7 @@ def test_random_operations_keep_the_tier_consistent(ops: list, policy: str) -> N
 
 
 def test_prefix_slru_evicts_request_tails_and_one_offs_before_reused_blocks() -> None:
-    tier = MemoryTier(40)  # the default policy: prefix-slru
+    tier = MemoryTier(40, policy="prefix-slru")
     tier.put("system", b"x" * 10)
     tier.get("system")  # reused: protected
     tier.put("tail", b"x" * 10, hint=Hint.TAIL)
@@ -163,3 +164,8 @@ def test_prefix_slru_ghost_hit_goes_straight_to_protected() -> None:
     assert tier.contains("a") and not tier.contains("b")
     with pytest.raises(ValueError):
         PrefixSLRU(protected_share=1.0)
+
+
+def test_unknown_policy_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="unknown policy 'mru'; choose from lru, lru-k"):
+        MemoryTier(10, policy="mru")
