@@ -91,8 +91,10 @@ class HybridCache:
         ttl_mode: TtlMode = "fixed",
         pinned: bool = False,
         parent: CacheKey | str | None = None,
+        hint: str | None = None,
     ) -> bool:
-        """Write to the write-through tiers; True if at least one stored it."""
+        """Write to the write-through tiers; True if at least one stored it. `hint`: see
+        `policies.Hint` (for a KV page: `Hint.TAIL` when it is the prompt's last page)."""
         text = key if isinstance(key, str) else key.to_string()
         parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
         with self._renew_lock:
@@ -106,8 +108,9 @@ class HybridCache:
             if tier.name not in self.write_through:
                 continue
             ok = self._call(
-                tier, "put", tier.put, text, value, ttl_s=ttl_s, pinned=pinned, parent=parent_text
-            )
+                tier, "put", tier.put, text, value,
+                ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
+            )  # fmt: skip
             self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
             stored = stored or bool(ok)
         return stored
@@ -172,6 +175,16 @@ class HybridCache:
                 break
             count += 1
         return count
+
+    def cool(self, keys: Sequence[CacheKey | str]) -> int:
+        """ "This conversation ended": its entries become the first to go in tiers with an
+        eviction policy (they stay usable until then). Returns how many were found."""
+        texts = [k if isinstance(k, str) else k.to_string() for k in keys]
+        cooled = 0
+        for tier in self.tiers:
+            if hasattr(tier, "cool"):
+                cooled += self._call(tier, "cool", tier.cool, texts) or 0
+        return cooled
 
     # -- housekeeping --------------------------------------------------------------------------
 

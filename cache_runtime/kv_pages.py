@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cache_runtime.keys import PrefixKey
+from cache_runtime.policies import Hint
 from cache_runtime.prefix_hash import BLOCK_TOKENS, token_blocks
 
 if TYPE_CHECKING:
@@ -75,14 +76,16 @@ def store_prefix(
     """
     stored = 0
     parent = None
-    for index, key in enumerate(page_keys(tenant, model_id, tokens)):
+    keys = page_keys(tenant, model_id, tokens)
+    for index, key in enumerate(keys):
         start, end = index * PAGE_TOKENS, (index + 1) * PAGE_TOKENS
         # (1, heads, seq, head_dim) -> (1, heads, PAGE_TOKENS, head_dim) per layer
         layers = [
             (layer.keys[:, :, start:end], layer.values[:, :, start:end])
             for layer in kv_cache.layers
         ]
-        if not cache.put(key, encode_page(layers), parent=parent, **put_options):
+        hint = Hint.TAIL if index == len(keys) - 1 else None  # the prompt's own last page
+        if not cache.put(key, encode_page(layers), parent=parent, hint=hint, **put_options):
             break
         parent = key
         stored += 1

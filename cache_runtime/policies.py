@@ -30,6 +30,10 @@ class EvictionPolicy:
     def on_remove(self, key: str) -> None:
         raise NotImplementedError
 
+    def on_cold(self, key: str) -> None:
+        """The application says `key` will not be needed soon (its conversation ended): make it
+        the next to go. The default does nothing, which is always safe."""
+
     def victim(self, keep: Callable[[str], bool]) -> str | None:
         """The entry to evict next, skipping those `keep` protects; None if all are protected."""
         raise NotImplementedError
@@ -53,6 +57,10 @@ class LRUPolicy(EvictionPolicy):
 
     def on_remove(self, key: str) -> None:
         self._order.pop(key, None)
+
+    def on_cold(self, key: str) -> None:
+        if key in self._order:
+            self._order.move_to_end(key, last=False)
 
     def victim(self, keep: Callable[[str], bool]) -> str | None:
         return next((key for key in self._order if not keep(key)), None)
@@ -121,9 +129,13 @@ class LRUKPolicy(EvictionPolicy):
 
 
 class Hint:
-    """Application knowledge passed with an insert. TAIL: the last block of a request's prompt
-    (known when the request arrives: its length is known), which is rarely shared by a later
-    prompt — on real conversation traces a request's last block is almost never reused."""
+    """Application knowledge passed with an insert.
+
+    TAIL: the last block of a request's prompt (known when the request arrives: its length is
+    known), which is rarely shared by a later prompt — on real conversation traces a request's
+    last block is almost never reused. (The other hints have their own calls: "conversation
+    ended" is `MemoryTier.cool` / `HybridCache.cool`, "pin with TTL" is `put(pinned=True,
+    ttl_s=...)`.)"""
 
     TAIL = "tail"
 

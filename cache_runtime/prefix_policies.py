@@ -63,6 +63,11 @@ class PrefixSLRU(EvictionPolicy):
             while len(self._ghosts) > max(len(self._probation) + len(self._protected), 1):
                 self._ghosts.popitem(last=False)
 
+    def on_cold(self, key: str) -> None:
+        if self._protected.pop(key, 0) is None or key in self._probation:
+            self._probation[key] = None
+            self._probation.move_to_end(key, last=False)
+
     def victim(self, keep: Callable[[str], bool]) -> str | None:
         if self._capacity is None:
             self._capacity = len(self._probation) + len(self._protected)
@@ -136,6 +141,11 @@ class PrefixARC(EvictionPolicy):
             self._b1.popitem(last=False)
         while len(self._b1) + len(self._b2) + len(self._t1) + len(self._t2) > 2 * c and self._b2:
             self._b2.popitem(last=False)
+
+    def on_cold(self, key: str) -> None:
+        if self._t2.pop(key, 0) is None or key in self._t1:
+            self._t1[key] = None
+            self._t1.move_to_end(key, last=False)
 
     def victim(self, keep: Callable[[str], bool]) -> str | None:
         if self._capacity is None:
@@ -237,6 +247,10 @@ class DuelingPolicy(EvictionPolicy):
         self._resident -= 1
         for member in self._members:
             member.on_remove(key)
+
+    def on_cold(self, key: str) -> None:
+        for member in self._members:
+            member.on_cold(key)
 
     def victim(self, keep: Callable[[str], bool]) -> str | None:
         if self._shadows is None:  # the cache just filled: its size in entries is known now

@@ -39,7 +39,9 @@ class Tier(Protocol):
     `put` returns False when the value was not stored (too large for the budget, refused by
     admission, backend failure). `ttl_s` is a lifetime in seconds (None: until evicted);
     `pinned` entries are never evicted (they still expire and can be deleted); `parent` names
-    the previous page of a KV prefix chain, for tiers that keep chains prefix-closed.
+    the previous page of a KV prefix chain, for tiers that keep chains prefix-closed; `hint`
+    is application knowledge for the eviction policy (`policies.Hint`), ignored by tiers
+    without one.
     `check` returns a list of problems found (empty when consistent). Tiers that evict on their
     own accept an `on_evict(key, value, ttl_left_s)` callback, which the hybrid cache uses to
     demote an evicted entry to the next tier down.
@@ -57,6 +59,7 @@ class Tier(Protocol):
         ttl_s: float | None = None,
         pinned: bool = False,
         parent: str | None = None,
+        hint: str | None = None,
     ) -> bool: ...
 
     def delete(self, key: str) -> bool: ...

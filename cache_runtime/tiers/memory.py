@@ -86,6 +86,15 @@ class MemoryTier:
         self._demote(evicted)  # outside the lock: the next tier may be slow
         return stored
 
+    def cool(self, keys: list[str]) -> int:
+        """The application's "conversation ended": these entries go first when space is needed
+        (unless pinned). Returns how many were cached."""
+        with self._lock:
+            present = [k for k in keys if k in self._entries]
+            for key in present:
+                self.policy.on_cold(key)
+            return len(present)
+
     def touch(self, key: str, ttl_s: float | None) -> bool:
         with self._lock:
             entry = self._live(key)

@@ -95,6 +95,7 @@ class RedisTier:
         ttl_s: float | None = None,
         pinned: bool = False,
         parent: str | None = None,
+        hint: str | None = None,
     ) -> bool:
         return self.put_many([(key, value, ttl_s)]) == 1
 

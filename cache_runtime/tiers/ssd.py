@@ -116,6 +116,7 @@ class SSDTier:
         ttl_s: float | None = None,
         pinned: bool = False,
         parent: str | None = None,
+        hint: str | None = None,
     ) -> bool:
         self._count(puts=1)
         size = len(value)

@@ -175,3 +175,14 @@ def test_configuration_errors() -> None:
         HybridCache([MemoryTier(10), MemoryTier(10)])
     with pytest.raises(ValueError, match="unknown tiers"):
         HybridCache([MemoryTier(10)], write_through=["ssd"])
+
+
+def test_conversation_end_cools_its_pages_first() -> None:
+    cache = HybridCache([MemoryTier(40)])
+    for name in ("shared-system-prompt", "other-chat", "ended-chat", "recent"):
+        cache.put(k(name), b"x" * 10)
+        cache.get(k(name))
+    assert cache.cool([k("ended-chat")]) == 1
+    cache.put(k("new"), b"x" * 10)
+    assert cache.get(k("ended-chat")) is None
+    assert cache.get(k("shared-system-prompt")) == b"x" * 10

@@ -169,3 +169,14 @@ def test_prefix_slru_ghost_hit_goes_straight_to_protected() -> None:
 def test_unknown_policy_names_the_choices() -> None:
     with pytest.raises(ValueError, match="unknown policy 'mru'; choose from lru, lru-k"):
         MemoryTier(10, policy="mru")
+
+
+@pytest.mark.parametrize("policy", ["lru", "prefix-slru", "prefix-arc", "preheat"])
+def test_cooled_entries_go_first(policy: str) -> None:
+    tier = MemoryTier(40, policy=policy)
+    for key in ("a", "b", "c", "d"):
+        tier.put(key, b"x" * 10)
+        tier.get(key)
+    assert tier.cool(["d", "missing"]) == 1  # "d"'s conversation ended
+    tier.put("e", b"x" * 10)
+    assert not tier.contains("d") and all(tier.contains(k) for k in "abc")
