@@ -99,13 +99,14 @@ def bench_ssd(values: int = 2000, gets: int = 5000, size: int = 4096) -> dict[st
     }
 
 
-def _redis_benchmark_rps(url: str, requests: int) -> float | None:
+def _redis_benchmark_rps(url: str, requests: int, clients: int = 50) -> float | None:
+    """SET/s of `redis-benchmark -t set -P 16` (50 clients is its default)."""
     binary = shutil.which("redis-benchmark")
     if binary is None:
         return None
     port = url.rsplit(":", 1)[1].split("/")[0]
     command = [binary, "-h", "127.0.0.1", "-p", port, "-t", "set", "-P", "16"]
-    command += ["-n", str(requests), "-q", "--csv"]
+    command += ["-c", str(clients), "-n", str(requests), "-q", "--csv"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
     for line in done.stdout.splitlines():
         fields = [f.strip('"') for f in line.split(",")]
@@ -131,13 +132,16 @@ def bench_redis(redis_url: str | None, writes: int = 100_000, batch: int = 1000)
             pipe.execute()
         raw = writes / (time.perf_counter() - started)
         peer = _redis_benchmark_rps(url, writes)
+        single = _redis_benchmark_rps(url, writes, clients=1)
         client.flushdb()
         tier.close()
     return {
         "preheat_pipelined_writes_per_s": round(ours, 1),
         "redis_py_pipeline_writes_per_s": round(raw, 1),
         "redis_benchmark_set_P16_per_s": peer,
+        "redis_benchmark_set_P16_one_client_per_s": single,
         "vs_redis_benchmark": None if not peer else round(ours / peer, 3),
+        "vs_redis_benchmark_one_client": None if not single else round(ours / single, 3),
     }
 
 
