@@ -27,12 +27,13 @@ def replay(
 ) -> np.ndarray:
     """Per-access hit mask. `accesses`: (N,) int64 object ids in order; `request_starts`:
     (R,) index of each request's first access. With `hints`, each request's last block is
-    inserted with `Hint.TAIL`."""
+    inserted with `Hint.TAIL` — only for traces whose requests have several blocks: where every
+    access is its own request (key-value traces), "last block of the prompt" means nothing."""
     if capacity <= 0:
         raise ValueError("capacity must be positive")
     n = len(accesses)
     tails = np.zeros(n, dtype=bool)
-    if hints and len(request_starts):
+    if hints and 0 < len(request_starts) < n:
         tails[np.append(request_starts[1:], n) - 1] = True
     hits = np.zeros(n, dtype=bool)
     resident: set[int] = set()

@@ -141,3 +141,12 @@ def test_bench_cache_output_shape() -> None:
             assert 0 <= row[name] <= row["Belady"] + 1e-9 or name == "Belady"
             assert row[f"{name}_prefix"] <= row[name] + 1e-9
         assert row["LRU"] == row["preheat_lru"]  # one policy, two places
+
+
+def test_tail_hints_only_apply_to_multi_block_requests() -> None:
+    rng = np.random.default_rng(6)
+    ids = rng.zipf(1.2, 5000).astype(np.int64) % 700
+    one_per_request = AccessTrace("kv", ids, np.arange(len(ids)))
+    with_hints = replay(PrefixSLRU(), ids, one_per_request.request_starts, 80, hints=True)
+    without = replay(PrefixSLRU(), ids, one_per_request.request_starts, 80, hints=False)
+    assert np.array_equal(with_hints, without)
