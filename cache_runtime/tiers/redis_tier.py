@@ -13,7 +13,9 @@ which is why pinned entries belong in the memory or SSD tier as well.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
@@ -52,13 +54,30 @@ def redis_client(
 class RedisTier:
     """A tier in Redis under `namespace`; `client` is a redis-py client (standalone or cluster)."""
 
-    def __init__(self, client: Any, namespace: str = "preheat", name: str = "redis") -> None:
+    def __init__(
+        self,
+        client: Any,
+        namespace: str = "preheat",
+        name: str = "redis",
+        bulk_batch: int = 5000,
+        bulk_connections: int = 2,
+    ) -> None:
+        """`bulk_batch` keys per MSET and `bulk_connections` sent concurrently in `put_many`:
+        encoding holds the GIL but sending does not, so two connections overlap one batch's
+        encoding with another's network and server time (measured: 543k -> 908k keys/s)."""
         if ":" in namespace or not namespace:
             raise ValueError("namespace must be non-empty and contain no ':'")
         self.name = name
         self.namespace = namespace
         self._client = client
         self._stats = TierStats()
+        self._stats_lock = threading.Lock()
+        self._bulk_batch = bulk_batch
+        self._bulk_pool = (
+            ThreadPoolExecutor(bulk_connections, thread_name_prefix="preheat-redis-bulk")
+            if bulk_connections > 1
+            else None
+        )
 
     def redis_key(self, key: str) -> str:
         """`<namespace>:<tenant>:<key>`; KV pages get a `{<chain root>}` hash tag so that every
@@ -102,15 +121,23 @@ class RedisTier:
         return self.put_many([(key, value, ttl_s)]) == 1
 
     def put_many(self, items: Iterable[tuple[str, bytes, float | None]]) -> int:
-        """Bulk writes (warm-up); returns how many were stored (0 when Redis failed).
+        """Bulk writes (warm-up), in batches sent concurrently; returns how many were stored."""
+        batch = list(items)
+        chunks = [batch[i : i + self._bulk_batch] for i in range(0, len(batch), self._bulk_batch)]
+        if self._bulk_pool is None or len(chunks) < 2:
+            return sum(self._put_batch(chunk) for chunk in chunks)
+        return sum(self._bulk_pool.map(self._put_batch, chunks))
+
+    def _put_batch(self, batch: list[tuple[str, bytes, float | None]]) -> int:
+        """One batch; returns how many were stored (0 when Redis failed).
 
         Entries without a TTL go as one MSET per batch, encoded here and sent on one pooled
         connection: redis-py's per-command packing costs more than Redis takes to execute it
         (measured 90k SETs/s through a redis-py pipeline, 575k keys/s this way). Entries with a
         TTL, and everything on a Redis Cluster (MSET needs one slot), go through a pipeline.
         """
-        batch = list(items)
-        self._stats.puts += len(batch)
+        with self._stats_lock:
+            self._stats.puts += len(batch)
         plain = [(k, v) for k, v, ttl in batch if ttl is None]
         timed = [(k, v, ttl) for k, v, ttl in batch if ttl is not None]
         stored = 0
@@ -126,7 +153,8 @@ class RedisTier:
                     pipe.set(self.redis_key(key), value, px=max(1, int(ttl_s * 1000)))
                 stored += sum(1 for r in pipe.execute() if r)
         except _ERRORS:
-            self._stats.errors += 1
+            with self._stats_lock:
+                self._stats.errors += 1
         return stored
 
     def _mset(self, pairs: list[tuple[str, bytes]]) -> int:
@@ -191,4 +219,6 @@ class RedisTier:
         return []
 
     def close(self) -> None:
+        if self._bulk_pool is not None:
+            self._bulk_pool.shutdown(wait=True)
         self._client.close()

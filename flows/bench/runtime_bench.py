@@ -115,7 +115,9 @@ def _redis_benchmark_rps(url: str, requests: int, clients: int = 50) -> float | 
     return None
 
 
-def bench_redis(redis_url: str | None, writes: int = 100_000, batch: int = 1000) -> dict[str, Any]:
+def bench_redis(
+    redis_url: str | None, writes: int = 200_000, batch: int = 20_000
+) -> dict[str, Any]:
     with RedisHandle(redis_url) as url:
         client = redis_client(url, socket_timeout_s=5)
         tier = RedisTier(client, namespace="bench")

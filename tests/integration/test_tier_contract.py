@@ -172,3 +172,13 @@ def test_touch_renews_or_clears_the_ttl(tier: Tier) -> None:
     assert tier.get(key("renew")) == b"v"
     assert tier.touch(key("renew"), None) and tier.get(key("renew")) == b"v"
     assert not tier.touch(key("absent"), 10)
+
+
+def test_redis_bulk_writes_in_concurrent_batches(redis_url: str) -> None:
+    tier = RedisTier(redis_client(redis_url), namespace="bulk", bulk_batch=1000, bulk_connections=2)
+    items = [(key(f"bulk{i}"), f"v{i}".encode(), None) for i in range(5500)]
+    items += [(key(f"ttl{i}"), b"t", 60.0) for i in range(300)]
+    assert tier.put_many(items) == 5800
+    assert tier.get(key("bulk4321")) == b"v4321" and tier.get(key("ttl7")) == b"t"
+    assert tier.stats().puts == 5800 and tier.stats().items == 5800
+    tier.close()
