@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from cache_runtime.policies import DEFAULT_POLICY, EvictionPolicy, make_policy
 from cache_runtime.tiers.base import EvictionCallback, TierStats
 
+_READ_BUFFER = 64  # buffered hits before a reader tries to drain them into the policy
+
 
 @dataclass(slots=True)
 class _Entry:
@@ -52,16 +54,33 @@ class MemoryTier:
         self._stats = TierStats(capacity_bytes=capacity_bytes)
         self.on_evict: EvictionCallback | None = None
         self._evicted: list[tuple[str, bytes, float | None]] = []
+        self._reads: list[str] = []  # hits not yet shown to the policy (see `get`)
 
     # -- protocol ----------------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
-        # The hot path, kept flat: one dict lookup, an expiry check only for entries with a TTL,
-        # and the clock read only for policies that use time.
+        """Lock-free on the hit path: the hit is recorded in a read buffer that the policy
+        catches up with before its next decision (as Caffeine does), so readers never wait for
+        each other or for the policy. Every put drains the buffer before it evicts, so eviction
+        sees exactly the accesses it would have seen with eager updates.
+        """
+        entry = self._entries.get(key)  # one dict read: atomic under the GIL
+        if entry is None or self._timed or entry.expires_at is not None:
+            return self._get_locked(key)
+        reads = self._reads
+        reads.append(key)  # list.append is atomic: no lost reads between threads
+        if len(reads) >= _READ_BUFFER and self._lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._lock.release()
+        return entry.value
+
+    def _get_locked(self, key: str) -> bytes | None:
+        """Misses, entries with a TTL and time-aware policies: the plain locked path."""
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry.expires_at is not None:
-                entry = self._live(key)
+            self._drain()
+            entry = self._live(key)
             if entry is None:
                 self._stats.misses += 1
                 return None
@@ -90,6 +109,7 @@ class MemoryTier:
         """The application's "conversation ended": these entries go first when space is needed
         (unless pinned). Returns how many were cached."""
         with self._lock:
+            self._drain()
             present = [k for k in keys if k in self._entries]
             for key in present:
                 self.policy.on_cold(key)
@@ -116,6 +136,7 @@ class MemoryTier:
 
     def stats(self) -> TierStats:
         with self._lock:
+            self._drain()
             self._stats.items = len(self._entries)
             self._stats.bytes = self._bytes
             return TierStats(**vars(self._stats))
@@ -157,6 +178,7 @@ class MemoryTier:
         parent: str | None,
         hint: str | None,
     ) -> bool:
+        self._drain()
         self._stats.puts += 1
         if parent is not None and self._live(parent) is None:
             self._stats.rejected += 1  # a page whose prefix is not cached is unusable
@@ -179,6 +201,22 @@ class MemoryTier:
             self.policy.on_insert(key, now, hint)
         self._bytes += len(value)
         return True
+
+    def _drain(self) -> None:
+        """Show the policy the buffered hits, oldest first (lock held)."""
+        count = len(self._reads)
+        if not count:
+            return
+        batch = self._reads[:count]
+        del self._reads[:count]  # appends made meanwhile stay for the next drain
+        self._stats.hits += count
+        entries, on_access = self._entries, self._on_access
+        # One access per key, in order of each key's last access: what recency and "was it
+        # reused" policies act on; repeats within a batch (hot keys) would only redo the same
+        # move. A pure frequency counter would lose counts here, and none is used.
+        for key in reversed(dict.fromkeys(reversed(batch))):
+            if key in entries:  # it may have been evicted or deleted since
+                on_access(key, 0.0)
 
     def _demote(self, evicted: list[tuple[str, bytes, float | None]]) -> None:
         if self.on_evict is None:

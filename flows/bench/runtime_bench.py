@@ -37,10 +37,14 @@ def bench_memory(ops: int = 200_000, distinct: int = 10_000) -> dict[str, Any]:
     keys = [f"ph|v1|exact|acme|m|{rng.randrange(distinct):032x}" for _ in range(ops)]
     value = b"v" * 100
     ours = MemoryTier(capacity_bytes=distinct * 200)
+    lru = MemoryTier(capacity_bytes=distinct * 200, policy="lru")
     plain: dict[str, bytes] = {}
     result: dict[str, Any] = {
+        "policy": ours.policy.name,
         "preheat_put_ops_per_s": _ops_per_s(lambda k: ours.put(k, value), keys),
         "preheat_get_ops_per_s": _ops_per_s(ours.get, keys),
+        "preheat_lru_put_ops_per_s": _ops_per_s(lambda k: lru.put(k, value), keys),
+        "preheat_lru_get_ops_per_s": _ops_per_s(lru.get, keys),
         "dict_put_ops_per_s": _ops_per_s(lambda k: plain.__setitem__(k, value), keys),
         "dict_get_ops_per_s": _ops_per_s(plain.get, keys),
     }
@@ -68,6 +72,9 @@ def bench_memory(ops: int = 200_000, distinct: int = 10_000) -> dict[str, Any]:
     result["cachetools_locked_put_ops_per_s"] = _ops_per_s(locked_put, keys)
     result["cachetools_locked_get_ops_per_s"] = _ops_per_s(locked_get, keys)
     for op in ("get", "put"):
+        result[f"lru_{op}_vs_cachetools"] = round(
+            result[f"preheat_lru_{op}_ops_per_s"] / result[f"cachetools_{op}_ops_per_s"], 3
+        )
         ours = result[f"preheat_{op}_ops_per_s"]
         result[f"{op}_vs_cachetools"] = round(ours / result[f"cachetools_{op}_ops_per_s"], 3)
         result[f"{op}_vs_cachetools_locked"] = round(
