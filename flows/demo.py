@@ -2,7 +2,8 @@
 
 Today's pipeline (later stages join as they land): generate a realistic multi-tenant log, ingest
 it through the Prefect `ingest` flow, stream an hour of live traffic through Redis Streams and the
-`ingest-stream` flow, build demand features with the `features` flow, and summarise.
+`ingest-stream` flow, build demand features with the `features` flow, cache KV pages of the top
+templates' prompts in the hybrid cache and reuse them for new prompts, and summarise.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from data_contracts.lake import Lake
 from flows.ingest.synthetic import SyntheticLogSpec, generate_requests, write_synthetic_log
 
 
-def _stream_live_traffic(settings: Settings, spec: SyntheticLogSpec, console: Console) -> dict:
+def _stream_live_traffic(
+    settings: Settings, spec: SyntheticLogSpec, console: Console, url: str
+) -> dict:
     """Send one hour of fresh traffic through the producer -> stream -> consumer-group path."""
     from flows.ingest.flow import ingest_stream_flow
 
@@ -37,27 +40,23 @@ def _stream_live_traffic(settings: Settings, spec: SyntheticLogSpec, console: Co
         start=spec.start + pd.Timedelta(days=spec.days),
     )
     live = generate_requests(live_spec)
-    with RedisHandle(settings.redis_url) as url:
-        client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=1)
-        producer = RequestLogProducer(
-            client, settings.request_stream, settings.request_stream_maxlen,
-            spool_dir=settings.data_dir / "spool",
-        )  # fmt: skip
-        for record in live:
-            producer.log_request(
-                **{k: v for k, v in record.items() if k not in ("timestamp", "request_id")},
-                request_id=f"live-{record['request_id']}",
-                timestamp=pd.Timestamp(record["timestamp"]).timestamp(),
-            )
-        producer.close()
-        console.print(
-            f"live: {producer.stats.sent} requests sent to stream {settings.request_stream}"
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=1)
+    producer = RequestLogProducer(
+        client, settings.request_stream, settings.request_stream_maxlen,
+        spool_dir=settings.data_dir / "spool",
+    )  # fmt: skip
+    for record in live:
+        producer.log_request(
+            **{k: v for k, v in record.items() if k not in ("timestamp", "request_id")},
+            request_id=f"live-{record['request_id']}",
+            timestamp=pd.Timestamp(record["timestamp"]).timestamp(),
         )
-        totals = ingest_stream_flow(
-            redis_url=url, data_dir=str(settings.data_dir), stream=settings.request_stream
-        )
-        client.close()
-    return totals
+    producer.close()
+    client.close()
+    console.print(f"live: {producer.stats.sent} requests sent to stream {settings.request_stream}")
+    return ingest_stream_flow(
+        redis_url=url, data_dir=str(settings.data_dir), stream=settings.request_stream
+    )
 
 
 def _summary_tables(lake: Lake, settings: Settings, console: Console) -> dict:
@@ -103,6 +102,7 @@ def _summary_tables(lake: Lake, settings: Settings, console: Console) -> dict:
 
 def run_demo(settings: Settings, log: Path | None, days: float, console: Console) -> dict:
     """Run every stage; returns (and writes to <data_dir>/reports/demo_summary.json) a summary."""
+    from flows.demo_cache import run_cache_stage
     from flows.features.flow import features_flow
     from flows.ingest.flow import ingest_flow
 
@@ -119,16 +119,22 @@ def run_demo(settings: Settings, log: Path | None, days: float, console: Console
         f"ingest: read {ingested['read']}, accepted {ingested['accepted']}, "
         f"quarantined {ingested['quarantined']}"
     )
-    with console.status("flow ingest-stream: live traffic through Redis Streams"):
-        streamed = _stream_live_traffic(settings, spec, console)
-    console.print(f"ingest-stream: {streamed['written']} new rows, {streamed['acked']} acked")
-    with console.status("flow features: demand series at 5 s, 3 min, 1 h"):
-        feature_rows = features_flow(data_dir=str(settings.data_dir))
-    console.print(f"features: {feature_rows}")
-    summary = _summary_tables(Lake(settings.data_dir / "lake"), settings, console)
+    lake = Lake(settings.data_dir / "lake")
+    with RedisHandle(settings.redis_url) as redis_url:
+        with console.status("flow ingest-stream: live traffic through Redis Streams"):
+            streamed = _stream_live_traffic(settings, spec, console, redis_url)
+        console.print(f"ingest-stream: {streamed['written']} new rows, {streamed['acked']} acked")
+        with console.status("flow features: demand series at 5 s, 3 min, 1 h"):
+            feature_rows = features_flow(data_dir=str(settings.data_dir))
+        console.print(f"features: {feature_rows}")
+        with console.status("cache: KV pages of the top templates, tiny GPT-2, three tiers"):
+            prompts = lake.read("requests", columns=["tenant", "template_id", "prompt"])
+            cache = run_cache_stage(prompts, settings.data_dir / "cache", redis_url, console)
+    summary = _summary_tables(lake, settings, console)
     summary.update(
         ingested={k: ingested[k] for k in ("read", "accepted", "quarantined")},
         streamed=streamed,
+        cache=cache,
         wall_seconds=round(time.perf_counter() - started, 1),
     )
     report = settings.data_dir / "reports" / "demo_summary.json"

@@ -85,5 +85,8 @@ def test_demo_runs_the_whole_pipeline(prefect_api: None, tmp_path: Path) -> None
     assert summary["requests"] == summary["ingested"]["accepted"] + summary["streamed"]["written"]
     assert set(summary["tenants"]) == {"acme-bank", "globex-fin", "initech"}
     assert summary["feature_rows"]["5s"] > summary["feature_rows"]["1h"] > 0
+    cache = summary["cache"]
+    assert cache["kv_pages_stored"] > 0 and cache["prefix_tokens_reused"] > 0
+    assert cache["max_logit_difference_vs_full_prefill"] < 1e-4  # reused pages change nothing
     written = orjson.loads((tmp_path / "data" / "reports" / "demo_summary.json").read_bytes())
     assert written["requests"] == summary["requests"]
