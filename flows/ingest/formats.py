@@ -349,6 +349,41 @@ class Generic(Format):
             return read_parquet_records(path)
         return read_byte_lines(path)
 
+    def fast_frame(
+        self, numbers: list[int], lines: list[bytes], ctx: SourceContext
+    ) -> pd.DataFrame:
+        # JSONL only. Arrow parses with the contract's types, timestamps either all ISO strings
+        # or all epoch numbers; a wrong type, an unknown or repeated field raises (slow path).
+        # Missing and null optional fields get the defaults `parse` would give them.
+        if self.reader != "jsonl":
+            raise FastPathMiss
+        data = b"\n".join(lines)
+        for options in _GENERIC_ARROW_OPTIONS:
+            try:
+                table = pajson.read_json(io.BytesIO(data), parse_options=options)
+                break
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+        else:
+            raise FastPathMiss
+        required = ("timestamp", "prompt_tokens", "output_tokens")
+        if table.num_rows != len(lines) or any(table[c].null_count for c in required):
+            raise FastPathMiss
+        frame = table.to_pandas(types_mapper=_arrow_backed)
+        frame.index = numbers
+        frame["tenant"] = frame["tenant"].fillna(ctx.tenant)
+        missing_id = frame["request_id"].isna().to_numpy()
+        if missing_id.any():
+            derived = [
+                ctx.derived_id(self.name, n, line)
+                for n, line, missing in zip(numbers, lines, missing_id, strict=True)
+                if missing
+            ]
+            frame.loc[missing_id, "request_id"] = derived
+        frame["session_id"] = frame["session_id"].fillna(frame["request_id"])
+        frame["priority"] = frame["priority"].fillna(DEFAULT_PRIORITY).astype("int64")
+        return self.finalize(frame[REQUEST_COLUMNS], ctx)
+
     def parse(self, value: Any, row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
         if isinstance(value, bytes):
             value = parse_json_object(value)
@@ -379,6 +414,25 @@ class Generic(Format):
     def finalize(self, frame: pd.DataFrame, ctx: SourceContext) -> pd.DataFrame:
         frame["timestamp"] = parse_timestamps(frame["timestamp"])
         return frame
+
+
+def _generic_schema(timestamp_type: pa.DataType) -> pa.Schema:
+    fields = {name: ARROW_SCHEMAS["requests"].field(name).type for name in REQUEST_COLUMNS}
+    fields["timestamp"] = timestamp_type
+    return pa.schema(list(fields.items()))
+
+
+_GENERIC_ARROW_OPTIONS = tuple(
+    pajson.ParseOptions(explicit_schema=_generic_schema(t), unexpected_field_behavior="error")
+    for t in (pa.string(), pa.float64())
+)
+
+
+def _arrow_backed(arrow_type: pa.DataType) -> pd.ArrowDtype | None:
+    """Text and list columns stay Arrow-backed, as the contract wants them."""
+    if pa.types.is_string(arrow_type) or pa.types.is_list(arrow_type):
+        return pd.ArrowDtype(arrow_type)
+    return None
 
 
 def _coerce_csv_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -258,3 +258,53 @@ def test_wrong_csv_header_for_explicit_format(tmp_path: Path) -> None:
         list(Azure().records(path))
     with pytest.raises(InputError, match="no such file"):
         resolve_format(tmp_path / "missing.csv", "azure")
+
+
+def generic_frames(lines: list[bytes]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    numbers = list(range(1, len(lines) + 1))
+    fast = RequestLog.validate(Generic("jsonl").fast_frame(numbers, lines, CTX))
+    rows = [
+        Generic("jsonl").parse(line, n, line, CTX) for n, line in zip(numbers, lines, strict=True)
+    ]
+    slow = pd.DataFrame.from_records(rows, columns=Generic.columns, index=numbers)
+    return fast, RequestLog.validate(Generic("jsonl").finalize(slow, CTX))
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [
+            b'{"timestamp": "2024-03-04T00:00:00Z", "tenant": "a", "request_id": "r1",'
+            b' "session_id": "s", "prompt": "hi", "prompt_tokens": 3, "output_tokens": 1,'
+            b' "prefix_hashes": [1, -2], "template_id": "t", "route": "/x", "latency_ms": 12,'
+            b' "priority": 9}',
+            b'{"timestamp": "2024-03-04 00:00:01", "prompt_tokens": 3, "output_tokens": 1,'
+            b' "priority": null}',
+        ],
+        [
+            b'{"timestamp": 1709510400, "prompt_tokens": 3, "output_tokens": 1}',
+            b'{"timestamp": 1709510400.5, "prompt_tokens": 4, "output_tokens": 2,'
+            b' "request_id": "x"}',
+        ],
+    ],
+)
+def test_generic_fast_and_slow_paths_agree(lines: list[bytes]) -> None:
+    fast, slow = generic_frames(lines)
+    pd.testing.assert_frame_equal(fast, slow, check_dtype=False)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'{"timestamp": 1, "prompt_tokens": "3", "output_tokens": 1}',
+        b'{"timestamp": 1, "prompt_tokens": 3.5, "output_tokens": 1}',
+        b'{"timestamp": 1, "prompt_tokens": 3}',
+        b'{"timestamp": 1, "prompt_tokens": 3, "output_tokens": 1, "extra": 0}',
+        b'{"timestamp": 1, "prompt_tokens": 3, "output_tokens": 1, "tenant": 7}',
+        b'{"timestamp": true, "prompt_tokens": 3, "output_tokens": 1}',
+    ],
+)
+def test_generic_fast_path_misses_what_parse_must_judge(bad: bytes) -> None:
+    good = b'{"timestamp": 1, "prompt_tokens": 3, "output_tokens": 1}'
+    with pytest.raises(FastPathMiss):
+        Generic("jsonl").fast_frame([1, 2], [good, bad], CTX)
