@@ -96,24 +96,31 @@ class RequestLogProducer:
         priority: int = 5,
         timestamp: float | None = None,
     ) -> bool:
-        """Queue one request record; never blocks. Returns False if it had to be dropped."""
-        record: dict[str, Any] = {
-            "timestamp": self._clock() if timestamp is None else timestamp,
-            "tenant": tenant,
-            "request_id": request_id,
-            "session_id": session_id or request_id,
-            "prompt": prompt,
-            "prompt_tokens": prompt_tokens,
-            "output_tokens": output_tokens,
-            "prefix_hashes": list(prefix_hashes) if prefix_hashes is not None else None,
-            "template_id": template_id,
-            "route": route,
-            "latency_ms": latency_ms,
-            "priority": priority,
-        }
-        payload = orjson.dumps({k: v for k, v in record.items() if v is not None})
+        """Queue one request record; never blocks and never raises. Returns False if it had to
+        be dropped (a value that cannot be serialised, or a full queue)."""
         with self._lock:
             self.stats.enqueued += 1
+        try:
+            record: dict[str, Any] = {
+                "timestamp": self._clock() if timestamp is None else float(timestamp),
+                "tenant": tenant,
+                "request_id": request_id,
+                "session_id": session_id or request_id,
+                "prompt": prompt,
+                "prompt_tokens": int(prompt_tokens),
+                "output_tokens": int(output_tokens),
+                # no full block means no hashes: null, as the contract wants, never []
+                "prefix_hashes": [int(h) for h in prefix_hashes or ()] or None,
+                "template_id": template_id,
+                "route": route,
+                "latency_ms": None if latency_ms is None else float(latency_ms),
+                "priority": int(priority),
+            }
+            payload = orjson.dumps({k: v for k, v in record.items() if v is not None})
+        except (TypeError, ValueError, OverflowError):  # e.g. a hash >= 2**64, a non-numeric count
+            with self._lock:
+                self.stats.dropped += 1
+            return False
         try:
             self._queue.put_nowait(payload)
             return True

@@ -289,8 +289,12 @@ def _row_keys(frame: pd.DataFrame, columns: tuple[str, ...]) -> list[bytes]:
         (frame[c].astype("int64") if frame[c].dtype.kind == "M" else frame[c]).tolist()
         for c in columns
     ]
+    # Length-prefixed fields: free-text tenants and ids could otherwise contain the separator
+    # and make two different keys encode alike ("a|x" + "y" vs "a" + "x|y").
     return [
-        hashlib.blake2b("\x1f".join(map(str, values)).encode(), digest_size=16).digest()
+        hashlib.blake2b(
+            "".join(f"{len(text)}:{text}" for text in map(str, values)).encode(), digest_size=16
+        ).digest()
         for values in zip(*parts, strict=True)
     ]
 

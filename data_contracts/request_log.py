@@ -52,8 +52,9 @@ class RequestLog(pa.DataFrameModel):
     @pa.check("prefix_hashes", name="prefix_hashes_not_empty")
     def _prefix_hashes(cls, hashes: Series) -> Series[bool]:
         # An empty prompt has no blocks: that is null, not [], so "has blocks" stays one test.
-        lengths = hashes.list.len().fillna(1).astype("int64")  # null lists count as fine
-        return lengths > 0
+        # A numpy bool result (not Arrow's) is what lets pandera name the failing rows.
+        lengths = hashes.list.len().fillna(1).to_numpy(dtype="int64")
+        return pd.Series(lengths > 0, index=hashes.index)
 
     @pa.dataframe_check(name="request_id_unique_per_tenant")
     def _unique_ids(cls, df: pd.DataFrame) -> Series[bool]:

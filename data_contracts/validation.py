@@ -7,6 +7,7 @@ by row, which is two orders of magnitude slower than one lazy, vectorised pass.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import pandas as pd
@@ -20,6 +21,21 @@ class RowFailure:
 
     index: object
     reason: str
+
+
+UNIQUENESS_CHECKS = frozenset({"request_id_unique_per_tenant", "one_row_per_bucket"})
+
+
+def row_schema(model: type[pa.DataFrameModel]) -> pa.DataFrameSchema:
+    """The contract without its uniqueness checks: what each row must satisfy on its own.
+
+    Ingestion validates rows with this first and removes repeated keys among the *valid* rows
+    afterwards — the other order would let an invalid first copy of a row hide a valid second
+    copy, which would then be counted as a duplicate of nothing and lost.
+    """
+    schema = copy.deepcopy(model.to_schema())
+    schema.checks = [c for c in schema.checks if c.name not in UNIQUENESS_CHECKS]
+    return schema
 
 
 def validate(model: type[pa.DataFrameModel], frame: pd.DataFrame) -> pd.DataFrame:
@@ -39,8 +55,11 @@ def _describe(case: pd.Series) -> str:
     return f"{case['column']}: failed {check} (value {shown})"
 
 
+Validator = type[pa.DataFrameModel] | pa.DataFrameSchema
+
+
 def failures_by_row(
-    model: type[pa.DataFrameModel], frame: pd.DataFrame, max_rounds: int = 3
+    model: Validator, frame: pd.DataFrame, max_rounds: int = 3
 ) -> tuple[pd.DataFrame, list[RowFailure]]:
     """Return (validated good rows, one failure per bad row).
 
@@ -63,12 +82,40 @@ def failures_by_row(
             located_columns = set(cases.loc[cases["index"].notna(), "column"])
             fatal = unlocated[~unlocated["column"].isin(located_columns)]
             if not fatal.empty:
-                raise
+                if (fatal["schema_context"] != "Column").any() or len(remaining) == 0:
+                    raise  # the frame's shape is wrong (missing or extra column): a caller bug
+                # A column check that could not say which rows failed: split until it can.
+                return _bisect(model, remaining, failures)
             located = cases[cases["index"].notna()]
             for _, case in located.iterrows():
                 failures.setdefault(case["index"], []).append(_describe(case))
             remaining = remaining.drop(index=list(set(located["index"])), errors="ignore")
     else:
         good = model.validate(remaining, lazy=True)
-    rows = [RowFailure(index=i, reason="; ".join(dict.fromkeys(r))) for i, r in failures.items()]
-    return good, rows
+    return good, _as_failures(failures)
+
+
+def _as_failures(failures: dict[object, list[str]]) -> list[RowFailure]:
+    return [RowFailure(index=i, reason="; ".join(dict.fromkeys(r))) for i, r in failures.items()]
+
+
+def _bisect(
+    model: Validator, frame: pd.DataFrame, failures: dict[object, list[str]]
+) -> tuple[pd.DataFrame, list[RowFailure]]:
+    """Validate halves separately; a single row that still fails unlocated gets the message."""
+    if len(frame) == 1:
+        try:
+            good = model.validate(frame, lazy=True)
+        except SchemaErrors as err:
+            checks = ", ".join(sorted(set(err.failure_cases["check"].astype(str))))
+            failures.setdefault(frame.index[0], []).append(f"row failed {checks}")
+            good = frame.iloc[0:0]
+        return good, _as_failures(failures)
+    middle = len(frame) // 2
+    goods = []
+    for half in (frame.iloc[:middle], frame.iloc[middle:]):
+        good, half_failures = failures_by_row(model, half)
+        goods.append(good)
+        for failure in half_failures:
+            failures.setdefault(failure.index, []).append(failure.reason)
+    return pd.concat(goods), _as_failures(failures)

@@ -15,6 +15,7 @@ import hashlib
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -175,6 +176,30 @@ class FastPathMiss(Exception):
     """The chunk has at least one record the fast path cannot vouch for."""
 
 
+def _empty_lists_to_null(hashes: pa.Array) -> pa.Array:
+    """A prompt with no full block has no prefix hashes: null, never [] (the contract's rule)."""
+    empty = pc.equal(pc.list_value_length(hashes), 0)
+    return pc.if_else(empty, pa.nulls(len(hashes), hashes.type), hashes)
+
+
+def _check_arrow_table(table: pa.Table, rows: int, required: tuple[str, ...]) -> None:
+    """Refuse (FastPathMiss) what `parse` would reject but Arrow's readers let through: invalid
+    UTF-8 in strings, NaN/Infinity in floats, null elements inside lists, missing required
+    fields, or a line that held more than one record."""
+    if table.num_rows != rows or any(table[c].null_count for c in required):
+        raise FastPathMiss
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid:
+        raise FastPathMiss from None
+    for column in table.columns:
+        floats = pa.types.is_floating(column.type) and column.null_count < len(column)
+        if floats and not pc.all(pc.is_finite(column.drop_null())).as_py():
+            raise FastPathMiss
+        if pa.types.is_list(column.type) and pc.list_flatten(column).null_count:
+            raise FastPathMiss
+
+
 class Mooncake(Format):
     """Mooncake FAST'25 traces: relative ms timestamps and 512-token prefix block ids."""
 
@@ -207,11 +232,8 @@ class Mooncake(Format):
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             raise FastPathMiss from None
-        if table.num_rows != len(lines) or any(c.null_count for c in table.columns):
-            raise FastPathMiss
-        hashes = table["hash_ids"].combine_chunks()
-        empty = pc.equal(pc.list_value_length(hashes), 0)
-        hashes = pc.if_else(empty, pa.nulls(len(hashes), hashes.type), hashes)
+        _check_arrow_table(table, len(lines), tuple(table.column_names))
+        hashes = _empty_lists_to_null(table["hash_ids"].combine_chunks())
         columns = {
             "timestamp": table["timestamp"].to_numpy(),
             "prompt_tokens": table["input_length"].to_numpy(),
@@ -366,9 +388,11 @@ class Generic(Format):
                 continue
         else:
             raise FastPathMiss
-        required = ("timestamp", "prompt_tokens", "output_tokens")
-        if table.num_rows != len(lines) or any(table[c].null_count for c in required):
-            raise FastPathMiss
+        _check_arrow_table(table, len(lines), ("timestamp", "prompt_tokens", "output_tokens"))
+        hashes = _empty_lists_to_null(table["prefix_hashes"].combine_chunks())
+        table = table.set_column(
+            table.schema.get_field_index("prefix_hashes"), "prefix_hashes", hashes
+        )
         frame = table.to_pandas(types_mapper=_arrow_backed)
         frame.index = numbers
         frame["tenant"] = frame["tenant"].fillna(ctx.tenant)
@@ -405,7 +429,7 @@ class Generic(Format):
             for name in ("prompt_tokens", "output_tokens", "priority"):
                 _int_field(row, name)
             if row["prefix_hashes"] is not None:
-                _hash_list(row["prefix_hashes"], "prefix_hashes")
+                row["prefix_hashes"] = _hash_list(row["prefix_hashes"], "prefix_hashes") or None
         for name in ("tenant", "request_id", "session_id", "prompt", "template_id", "route"):
             if row[name] is not None and not isinstance(row[name], str):
                 raise RowError(f"{name}: expected string, got {type(row[name]).__name__}")
@@ -442,14 +466,22 @@ def _coerce_csv_row(row: dict[str, Any]) -> dict[str, Any]:
         row["latency_ms"] = _csv_float(row["latency_ms"], "latency_ms")
     if isinstance(row["prefix_hashes"], str):
         parts = row["prefix_hashes"].strip("[]").replace(" ", ",").split(",")
-        row["prefix_hashes"] = [_csv_int(p, "prefix_hashes") for p in parts if p]
+        row["prefix_hashes"] = [_csv_int(p, "prefix_hashes") for p in parts if p] or None
     return row
 
 
 def parse_timestamps(values: pd.Series) -> pd.Series:
-    """ISO 8601 strings (naive = UTC) and epoch-second numbers, mixed; NaT where neither."""
+    """ISO 8601 strings (naive = UTC), epoch-second numbers and datetime objects (Parquet
+    timestamp columns), mixed; NaT where none of these."""
+    if pd.api.types.is_datetime64_any_dtype(values.dtype):
+        return pd.to_datetime(values, utc=True)
+    is_datetime = values.map(lambda v: isinstance(v, datetime))
+    if is_datetime.all() and len(values):
+        return pd.to_datetime(values, utc=True)
     is_number = values.map(lambda v: type(v) in (int, float))
     result = pd.Series(pd.NaT, index=values.index, dtype="datetime64[ns, UTC]")
+    if is_datetime.any():
+        result[is_datetime] = pd.to_datetime(values[is_datetime], utc=True)
     if is_number.any():
         result[is_number] = relative_to_epoch(values[is_number], pd.Timestamp(0, tz="UTC"), 10**9)
     text = values[~is_number & values.map(lambda v: isinstance(v, str))]

@@ -19,12 +19,14 @@ import pandas as pd
 from data_contracts import DemandSeries, RequestLog, failures_by_row
 from data_contracts.lake import ROW_KEYS, Lake
 from data_contracts.quarantine import QuarantineRow
+from data_contracts.validation import row_schema
 from flows.ingest.detect import resolve_format
 from flows.ingest.formats import DEFAULT_EPOCH, FastPathMiss, Format, SourceContext
 from flows.ingest.readers import Record, RowError, raw_text
 
 CHUNK_ROWS = 50_000
 _CONTRACTS = {"requests": RequestLog, "demand": DemandSeries}
+_ROW_SCHEMAS = {table: row_schema(model) for table, model in _CONTRACTS.items()}
 
 
 @dataclass
@@ -130,10 +132,10 @@ def process_chunk(fmt: Format, chunk: list[Record], ctx: SourceContext) -> Chunk
     for number in frame.index[unconvertible]:
         rejected.append((number, raws[number], f"{time_column}: unparseable or out of range"))
     frame = frame[~unconvertible]
-    repeated = frame.duplicated(subset=list(ROW_KEYS[fmt.table]), keep="first")
-    frame = frame[~repeated]
-    good, failures = failures_by_row(_CONTRACTS[fmt.table], frame)
+    good, failures = failures_by_row(_ROW_SCHEMAS[fmt.table], frame)
     rejected.extend((int(f.index), raws[int(f.index)], f.reason) for f in failures)
+    repeated = good.duplicated(subset=list(ROW_KEYS[fmt.table]), keep="first")
+    good = _CONTRACTS[fmt.table].validate(good[~repeated], lazy=True)
     rejected.sort(key=lambda r: r[0])
     return ChunkResult(
         good, quarantine_frame(ctx.source, rejected), len(chunk), int(repeated.sum())

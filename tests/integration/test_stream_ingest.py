@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 import redis
 
@@ -131,3 +132,28 @@ def test_log_request_never_blocks_when_redis_hangs(tmp_path: Path) -> None:
     listener.close()
     for conn in accepted:
         conn.close()
+
+
+def test_log_request_never_raises_on_unserialisable_values(redis_client: redis.Redis) -> None:
+    import numpy as np
+
+    producer = RequestLogProducer(redis_client, "s6")
+    assert producer.log_request(
+        tenant="t", request_id="np", prompt_tokens=np.int64(3), output_tokens=np.int32(1),
+        prefix_hashes=np.array([1, 2], dtype=np.int64), latency_ms=np.float32(2.5),
+    )  # fmt: skip
+    assert not producer.log_request(tenant="t", request_id="big", prompt_tokens=1, output_tokens=1,
+                                    prefix_hashes=[2**64])  # fmt: skip
+    assert not producer.log_request(
+        tenant="t", request_id="nan", prompt_tokens="x", output_tokens=1
+    )
+    assert producer.log_request(tenant="t", request_id="short", prompt_tokens=3, output_tokens=1,
+                                prefix_hashes=[])  # fmt: skip
+    producer.close()
+    assert (producer.stats.sent, producer.stats.dropped) == (2, 2)
+    entries = {
+        orjson.loads(f[b"r"])["request_id"]: orjson.loads(f[b"r"])
+        for _, f in redis_client.xrange("s6")
+    }
+    assert "prefix_hashes" not in entries["short"]  # [] is sent as "no blocks"
+    assert entries["np"]["prefix_hashes"] == [1, 2]

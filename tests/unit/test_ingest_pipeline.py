@@ -171,3 +171,48 @@ def test_parquet_generic_log(tmp_path: Path, lake: Lake) -> None:
     report = ingest_file(log, lake)
     assert (report.read, report.accepted, report.quarantined) == (3, 2, 1)
     assert lake.read("quarantine")["reason"].iloc[0] == "timestamp: unparseable or out of range"
+
+
+def test_invalid_first_copy_does_not_hide_a_valid_second(tmp_path: Path, lake: Lake) -> None:
+    log = tmp_path / "copies.jsonl"
+    log.write_text(
+        '{"timestamp": 1709510400, "request_id": "x", "prompt_tokens": -1, "output_tokens": 1}\n'
+        '{"timestamp": 1709510400, "request_id": "x", "prompt_tokens": 5, "output_tokens": 1}\n'
+    )
+    report = ingest_file(log, lake)
+    assert (report.accepted, report.quarantined, report.duplicates) == (1, 1, 0)
+    assert lake.read("requests")["prompt_tokens"].tolist() == [5]
+
+
+def test_empty_hash_list_means_no_blocks_and_bad_lines_never_abort(
+    tmp_path: Path, lake: Lake
+) -> None:
+    head = b'{"timestamp": 1709510400, "prompt_tokens": 3, "output_tokens": 4'
+    lines = [head + b', "request_id": "r%d"}' % i for i in range(300)]
+    lines.append(head + b', "prefix_hashes": []}')  # no full block: stored as null
+    lines.append(head + b', "latency_ms": NaN}')  # Arrow reads NaN; JSON has none
+    lines.append(head + b', "prefix_hashes": [1, null]}')
+    lines.append(head + b', "prompt": "ab\xff"}')  # invalid UTF-8
+    log = tmp_path / "edge.jsonl"
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    report = ingest_file(log, lake)
+    assert report.read == 304 and report.accepted + report.quarantined == 304
+    stored = lake.read("requests")  # the lake stays readable
+    assert len(stored) == 301 and stored["prefix_hashes"].isna().all()
+    assert len(lake.read("quarantine")) == report.quarantined == 3
+
+
+def test_parquet_in_the_contracts_own_schema(tmp_path: Path, lake: Lake) -> None:
+    import pandas as pd
+
+    log = tmp_path / "typed.parquet"
+    pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(["2024-03-04T00:00:00Z", "2024-03-04T00:00:01Z"]),
+            "request_id": ["a", "b"],
+            "prompt_tokens": [3, 4],
+            "output_tokens": [1, 1],
+        }
+    ).to_parquet(log)
+    report = ingest_file(log, lake)
+    assert (report.accepted, report.quarantined) == (2, 0)
