@@ -110,7 +110,8 @@ class RequestLogProducer:
                 "prompt_tokens": int(prompt_tokens),
                 "output_tokens": int(output_tokens),
                 # no full block means no hashes: null, as the contract wants, never []
-                "prefix_hashes": [int(h) for h in prefix_hashes or ()] or None,
+                "prefix_hashes": [int(h) for h in ([] if prefix_hashes is None else prefix_hashes)]
+                or None,
                 "template_id": template_id,
                 "route": route,
                 "latency_ms": None if latency_ms is None else float(latency_ms),
