@@ -7,7 +7,10 @@
   an unreachable Redis makes the cache smaller, never the request fail.
 - `invalidate(key, refill)` removes a key everywhere at once and recomputes it in the background
   ("update the source, invalidate, refill"); until the refill lands, lookups miss — a stale value
-  is never served after `invalidate` returns.
+  is never served after `invalidate` returns. Copies that were in flight when it ran (a lookup
+  about to promote, an eviction about to demote, an older refill) are dropped: each deletion
+  leaves a tombstone with its time, and a copy older than the tombstone is not written.
+- A promoted value keeps the expiry it had in the tier it came from.
 - TTL per entry: fixed (expires `ttl_s` after the write) or renew-on-hit (each hit resets it).
 """
 
@@ -24,6 +27,8 @@ from cache_runtime.metrics import CacheMetrics
 from cache_runtime.tiers.base import Tier
 
 TtlMode = Literal["fixed", "renew"]
+_TOMBSTONE_LIMIT = 10_000
+_TOMBSTONE_TTL_NS = 60 * 1_000_000_000
 
 
 def key_kind(key: str) -> str:
@@ -57,6 +62,9 @@ class HybridCache:
         self.metrics = metrics or CacheMetrics()
         self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
         self._renew_lock = threading.Lock()
+        self._tombstones: dict[str, int] = {}  # key -> monotonic_ns of its last delete
+        # Re-entrant: a promotion into memory can evict there, and that eviction demotes below.
+        self._copy_lock = threading.RLock()  # tombstone checks and the copies they guard
         self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
         for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
             if hasattr(upper, "on_evict"):
@@ -68,19 +76,34 @@ class HybridCache:
         """The value from the fastest tier holding it, promoted into the tiers above; or None."""
         text = key if isinstance(key, str) else key.to_string()
         kind = key_kind(text)
+        started = time.monotonic_ns()
         for depth, tier in enumerate(self.tiers):
             value = self._call(tier, "get", tier.get, text)
             hit = value is not None
             self.metrics.lookups.labels(tier.name, kind, "hit" if hit else "miss").inc()
             if hit:
-                ttl = self._renewed_ttl(text)
-                if ttl is not None:
-                    self._call(tier, "touch", tier.touch, text, ttl)
-                for upper in self.tiers[:depth]:
-                    if self._call(upper, "put", upper.put, text, value, ttl_s=ttl):
-                        self.metrics.promotions.labels(upper.name).inc()
+                renew = self._renewed_ttl(text)
+                if renew is not None:
+                    self._call(tier, "touch", tier.touch, text, renew)
+                if depth:
+                    ttl = (
+                        renew if renew is not None else self._call(tier, "ttl", tier.ttl_left, text)
+                    )
+                    self._promote(text, value, ttl, self.tiers[:depth], since_ns=started)
                 return value
         return None
+
+    def _promote(
+        self, key: str, value: bytes, ttl: float | None, uppers: Sequence[Tier], since_ns: int
+    ) -> None:
+        if ttl is not None and ttl <= 0:
+            return  # expired (or gone) meanwhile: nothing worth copying
+        with self._copy_lock:
+            if self._tombstones.get(key, -1) >= since_ns:
+                return  # deleted while we were reading: do not resurrect it
+            for upper in uppers:
+                if self._call(upper, "put", upper.put, key, value, ttl_s=ttl):
+                    self.metrics.promotions.labels(upper.name).inc()
 
     def put(
         self,
@@ -119,8 +142,20 @@ class HybridCache:
         text = key if isinstance(key, str) else key.to_string()
         with self._renew_lock:
             self._renew.pop(text, None)
+        with self._copy_lock:
+            self._tombstones[text] = time.monotonic_ns()
+            self._forget_old_tombstones()
         results = [self._call(t, "delete", t.delete, text) for t in self.tiers]
         return any(results)
+
+    def _forget_old_tombstones(self) -> None:
+        """Tombstones only need to outlive the copies in flight when they were made (a lookup or
+        an eviction: milliseconds); keep a minute's worth, bounded."""
+        if len(self._tombstones) <= _TOMBSTONE_LIMIT:
+            return
+        horizon = time.monotonic_ns() - _TOMBSTONE_TTL_NS
+        for key in [k for k, t in self._tombstones.items() if t < horizon]:
+            del self._tombstones[key]
 
     def invalidate(
         self,
@@ -133,6 +168,9 @@ class HybridCache:
         self.delete(key)
         if refill is None:
             return None
+        text = key if isinstance(key, str) else key.to_string()
+        with self._copy_lock:
+            mine = self._tombstones[text]
 
         def run() -> bool:
             try:
@@ -143,7 +181,11 @@ class HybridCache:
             if value is None:
                 self.metrics.refills.labels("empty").inc()
                 return False
-            stored = self.put(key, value, **put_options)  # type: ignore[arg-type]
+            with self._copy_lock:
+                if self._tombstones.get(text) != mine:  # invalidated again since: superseded
+                    self.metrics.refills.labels("superseded").inc()
+                    return False
+                stored = self.put(key, value, **put_options)  # type: ignore[arg-type]
             self.metrics.refills.labels("stored" if stored else "refused").inc()
             return stored
 
@@ -204,12 +246,18 @@ class HybridCache:
         with self._renew_lock:
             return self._renew.get(key)
 
-    def _demoter(self, lower: Tier) -> Callable[[str, bytes, float | None], None]:
-        def demote(key: str, value: bytes, ttl_left_s: float | None) -> None:
+    def _demoter(self, lower: Tier) -> Callable[[str, bytes, float | None, int | None], None]:
+        def demote(
+            key: str, value: bytes, ttl_left_s: float | None, written_ns: int | None
+        ) -> None:
             if ttl_left_s is not None and ttl_left_s <= 0:
                 return
-            if self._call(lower, "put", lower.put, key, value, ttl_s=ttl_left_s):
-                self.metrics.demotions.labels(lower.name).inc()
+            with self._copy_lock:
+                tombstone = self._tombstones.get(key, -1)
+                if written_ns is not None and tombstone >= written_ns:
+                    return  # invalidated after this value was written: it is stale
+                if self._call(lower, "put", lower.put, key, value, ttl_s=ttl_left_s):
+                    self.metrics.demotions.labels(lower.name).inc()
 
         return demote
 

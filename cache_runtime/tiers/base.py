@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-EvictionCallback = Callable[[str, bytes, float | None], None]
+# on_evict(key, value, seconds of TTL left or None, monotonic_ns of the write or None if unknown)
+EvictionCallback = Callable[[str, bytes, float | None, int | None], None]
 
 
 @dataclass
@@ -34,7 +35,8 @@ class TierStats:
 @runtime_checkable
 class Tier(Protocol):
     """get / put / delete / contains / stats / check / close, and touch (reset an entry's TTL,
-    for renew-on-hit expiry).
+    for renew-on-hit expiry) and ttl_left (seconds left, None for no expiry, 0.0 when absent:
+    a value promoted to a faster tier keeps its expiry).
 
     `put` returns False when the value was not stored (too large for the budget, refused by
     admission, backend failure). `ttl_s` is a lifetime in seconds (None: until evicted);
@@ -43,8 +45,8 @@ class Tier(Protocol):
     is application knowledge for the eviction policy (`policies.Hint`), ignored by tiers
     without one.
     `check` returns a list of problems found (empty when consistent). Tiers that evict on their
-    own accept an `on_evict(key, value, ttl_left_s)` callback, which the hybrid cache uses to
-    demote an evicted entry to the next tier down.
+    own accept an `on_evict(key, value, ttl_left_s, written_ns)` callback, which the hybrid
+    cache uses to demote an evicted entry to the next tier down.
     """
 
     name: str
@@ -65,6 +67,8 @@ class Tier(Protocol):
     def delete(self, key: str) -> bool: ...
 
     def touch(self, key: str, ttl_s: float | None) -> bool: ...
+
+    def ttl_left(self, key: str) -> float | None: ...
 
     def contains(self, key: str) -> bool: ...
 

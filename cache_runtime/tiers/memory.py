@@ -27,6 +27,8 @@ class _Entry:
     expires_at: float | None
     pinned: bool
     parent: str | None
+    written_ns: int  # time.monotonic_ns() of the write: lets the hybrid cache drop a demotion
+    # of a value that an invalidation has superseded meanwhile
     children: set[str] = field(default_factory=set)
 
 
@@ -53,7 +55,7 @@ class MemoryTier:
         self._lock = threading.Lock()
         self._stats = TierStats(capacity_bytes=capacity_bytes)
         self.on_evict: EvictionCallback | None = None
-        self._evicted: list[tuple[str, bytes, float | None]] = []
+        self._evicted: list[tuple[str, bytes, float | None, int | None]] = []
         self._reads: list[str] = []  # hits not yet shown to the policy (see `get`)
 
     # -- protocol ----------------------------------------------------------------------------
@@ -114,6 +116,14 @@ class MemoryTier:
             for key in present:
                 self.policy.on_cold(key)
             return len(present)
+
+    def ttl_left(self, key: str) -> float | None:
+        """Seconds until `key` expires; None when it never does; 0.0 when it is not cached."""
+        with self._lock:
+            entry = self._live(key)
+            if entry is None:
+                return 0.0
+            return None if entry.expires_at is None else entry.expires_at - self._clock()
 
     def touch(self, key: str, ttl_s: float | None) -> bool:
         with self._lock:
@@ -185,17 +195,19 @@ class MemoryTier:
             return False
         previous = self._entries.get(key)
         freed = len(previous.value) if previous else 0
-        if not self._make_room(len(value) - freed, protect=key):
+        if not self._make_room(len(value) - freed, protect=(key, parent)):
             self._stats.rejected += 1
             return False
         now = self._clock()
         expires = None if ttl_s is None else now + ttl_s
+        written = time.monotonic_ns()
         if previous is not None:
             self._bytes -= freed
             previous.value, previous.expires_at, previous.pinned = value, expires, pinned
+            previous.written_ns = written
             self.policy.on_access(key, now)
         else:
-            self._entries[key] = _Entry(value, expires, pinned, parent)
+            self._entries[key] = _Entry(value, expires, pinned, parent, written)
             if parent is not None:
                 self._entries[parent].children.add(key)
             self.policy.on_insert(key, now, hint)
@@ -218,11 +230,11 @@ class MemoryTier:
             if key in entries:  # it may have been evicted or deleted since
                 on_access(key, 0.0)
 
-    def _demote(self, evicted: list[tuple[str, bytes, float | None]]) -> None:
+    def _demote(self, evicted: list[tuple[str, bytes, float | None, int | None]]) -> None:
         if self.on_evict is None:
             return
-        for key, value, ttl_left in evicted:
-            self.on_evict(key, value, ttl_left)
+        for key, value, ttl_left, written_ns in evicted:
+            self.on_evict(key, value, ttl_left, written_ns)
 
     def _live(self, key: str) -> _Entry | None:
         entry = self._entries.get(key)
@@ -234,13 +246,15 @@ class MemoryTier:
             return None
         return entry
 
-    def _make_room(self, needed: int, protect: str) -> bool:
+    def _make_room(self, needed: int, protect: tuple[str | None, ...]) -> bool:
+        """Evict until `needed` more bytes fit. `protect`: the key being written and its parent
+        (a new page must not push out the page it extends)."""
         if needed > self.capacity_bytes:
             return False
 
         def keep(key: str) -> bool:
             entry = self._entries[key]
-            return key == protect or entry.pinned or bool(entry.children)
+            return key in protect or entry.pinned or bool(entry.children)
 
         while self._bytes + needed > self.capacity_bytes:
             victim = self.policy.victim(keep)
@@ -249,7 +263,7 @@ class MemoryTier:
             entry = self._entries[victim]
             if self.on_evict is not None:
                 ttl_left = None if entry.expires_at is None else entry.expires_at - self._clock()
-                self._evicted.append((victim, entry.value, ttl_left))
+                self._evicted.append((victim, entry.value, ttl_left, entry.written_ns))
             self._remove(victim)
             self._stats.evictions += 1
         return True

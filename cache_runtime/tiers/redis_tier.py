@@ -183,6 +183,16 @@ class RedisTier:
             self._stats.errors += 1
             return False
 
+    def ttl_left(self, key: str) -> float | None:
+        try:
+            millis = self._client.pttl(self.redis_key(key))
+        except _ERRORS:
+            self._stats.errors += 1
+            return 0.0
+        if millis == -1:  # exists, no expiry
+            return None
+        return max(0.0, millis / 1000) if millis >= 0 else 0.0  # -2: absent
+
     def touch(self, key: str, ttl_s: float | None) -> bool:
         try:
             if ttl_s is None:

@@ -165,6 +165,20 @@ class SSDTier:
             self._count(errors=1)
             return False
 
+    def ttl_left(self, key: str) -> float | None:
+        try:
+            row = (
+                self._db()
+                .execute("SELECT expires FROM heat WHERE key = ? AND present = 1", (key,))
+                .fetchone()
+            )
+        except sqlite3.Error:
+            self._count(errors=1)
+            return 0.0
+        if row is None:
+            return 0.0
+        return None if row[0] is None else max(0.0, row[0] - self._clock())
+
     def touch(self, key: str, ttl_s: float | None) -> bool:
         expires = None if ttl_s is None else self._clock() + ttl_s
         try:
@@ -292,24 +306,26 @@ class SSDTier:
         if excess <= 0:
             return True
         victims, freed = [], 0
-        for key, size, victim_score in db.execute(
-            "SELECT key, size, score FROM heat WHERE present = 1 AND pinned = 0 AND key != ?"
-            " ORDER BY score",
+        for key, size, victim_score, expires in db.execute(
+            "SELECT key, size, score, expires FROM heat WHERE present = 1 AND pinned = 0"
+            " AND key != ? ORDER BY score",
             (exclude,),
         ):
             if victim_score >= candidate:
                 return False  # only hotter entries left: the newcomer is not worth their place
-            victims.append(key)
+            victims.append((key, expires))
             freed += size
             if freed >= excess:
                 break
         if freed < excess:
             return False
-        for key in victims:
-            if self.on_evict is not None:
+        now = self._clock()
+        for key, expires in victims:
+            ttl_left = None if expires is None else expires - now
+            if self.on_evict is not None and (ttl_left is None or ttl_left > 0):
                 value = self._verified(key, self._data.get(key, retry=True), db)
-                if value is not None:
-                    self.on_evict(key, value, None)
+                if value is not None:  # demoted with the expiry it had, never past it
+                    self.on_evict(key, value, ttl_left, None)
             self._data.delete(key, retry=True)
             db.execute("UPDATE heat SET present = 0, size = 0 WHERE key = ?", (key,))
         self._count(evictions=len(victims))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,3 +188,68 @@ def test_conversation_end_cools_its_pages_first() -> None:
     cache.put(k("new"), b"x" * 10)
     assert cache.get(k("ended-chat")) is None
     assert cache.get(k("shared-system-prompt")) == b"x" * 10
+
+
+def test_promotion_keeps_the_expiry() -> None:
+    clock = FakeClock()
+    top, bottom = (
+        MemoryTier(1000, clock=clock, name="top"),
+        MemoryTier(1000, clock=clock, name="bottom"),
+    )
+    cache = HybridCache([top, bottom], write_through=["bottom"])
+    cache.put(k("q"), b"v", ttl_s=60)
+    clock.now += 10
+    assert cache.get(k("q")) == b"v"  # promoted into top with 50 s left, not forever
+    assert top.ttl_left(k("q").to_string()) == pytest.approx(50)
+    clock.now += 51
+    assert cache.get(k("q")) is None
+
+
+class SlowTier(MemoryTier):
+    """A lower tier whose reads wait for a signal: to interleave a lookup with invalidate."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.reading, self.release = threading.Event(), threading.Event()
+
+    def get(self, key: str) -> bytes | None:
+        value = super().get(key)
+        self.reading.set()
+        self.release.wait(10)
+        return value
+
+
+def test_invalidate_wins_over_a_lookup_already_in_flight() -> None:
+    top, slow = MemoryTier(1000, name="top"), SlowTier(1000, name="slow")
+    cache = HybridCache([top, slow], write_through=["slow"])
+    cache.put(k("rate"), b"old rate")
+    reader = threading.Thread(target=cache.get, args=(k("rate"),))
+    reader.start()
+    assert slow.reading.wait(10)  # the reader holds the old value and is about to promote it
+    cache.invalidate(k("rate"))
+    slow.release.set()
+    reader.join(10)
+    assert not top.contains(k("rate").to_string())  # the stale copy was not promoted
+    assert cache.get(k("rate")) is None
+
+
+def test_stale_demotion_and_superseded_refill_are_dropped() -> None:
+    top, bottom = MemoryTier(1000, name="top"), MemoryTier(1000, name="bottom")
+    cache = HybridCache([top, bottom], write_through=["top"])
+    written_before = time.monotonic_ns()
+    cache.invalidate(k("q"))
+    top.on_evict(k("q").to_string(), b"stale", None, written_before)  # an eviction in flight
+    assert not bottom.contains(k("q").to_string())
+    gate = threading.Event()
+
+    def slow_refill() -> bytes:
+        gate.wait(10)
+        return b"first"
+
+    first = cache.invalidate(k("q"), refill=slow_refill)
+    second = cache.invalidate(k("q"), refill=lambda: b"second")
+    assert second.result(10) is True
+    gate.set()
+    assert first.result(10) is False  # superseded by the later invalidation
+    assert cache.get(k("q")) == b"second"
+    assert cache.metrics.value("preheat_cache_refills_total", result="superseded") == 1

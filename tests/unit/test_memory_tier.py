@@ -180,3 +180,26 @@ def test_cooled_entries_go_first(policy: str) -> None:
     assert tier.cool(["d", "missing"]) == 1  # "d"'s conversation ended
     tier.put("e", b"x" * 10)
     assert not tier.contains("d") and all(tier.contains(k) for k in "abc")
+
+
+@pytest.mark.parametrize("capacity", [200, 250])
+def test_a_new_page_never_evicts_the_page_it_extends(capacity: int) -> None:
+    tier = MemoryTier(capacity)
+    tier.put("P", b"x" * 100)
+    tier.put("Q", b"y" * 10)
+    tier.cool(["P"])  # P is the policy's first victim now
+    stored = tier.put("C", b"z" * 150, parent="P")
+    assert tier.contains("P")
+    assert stored is (capacity == 250)  # at 250 evicting Q is enough; at 200 it is refused
+    assert tier.contains("Q") is (capacity == 200)
+    assert tier.check() == [] and tier.stats().bytes <= capacity
+
+
+def test_ttl_left_reports_remaining_seconds() -> None:
+    clock = FakeClock()
+    tier = MemoryTier(100, clock=clock)
+    tier.put("t", b"v", ttl_s=30)
+    tier.put("forever", b"v")
+    clock.now += 10
+    assert tier.ttl_left("t") == 20 and tier.ttl_left("forever") is None
+    assert tier.ttl_left("absent") == 0.0

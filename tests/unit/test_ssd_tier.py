@@ -121,3 +121,18 @@ def test_several_processes_share_one_directory_safely(tmp_path: Path) -> None:
     tier = SSDTier(directory, capacity_bytes=20_000)
     assert tier.check() == []
     tier.close()
+
+
+def test_eviction_demotes_with_the_remaining_ttl_and_never_an_expired_value(
+    tier: SSDTier, clock: FakeClock
+) -> None:
+    demoted: dict[str, float | None] = {}
+    tier.on_evict = lambda key, value, ttl, written: demoted.__setitem__(key, ttl)
+    tier.put("expired", b"x" * 400, ttl_s=5)
+    tier.put("lasting", b"x" * 400, ttl_s=500)
+    clock.now += 100
+    for _ in range(3):
+        tier.get("new")
+    assert tier.put("new", b"y" * 900)  # evicts both
+    assert "expired" not in demoted
+    assert demoted["lasting"] == pytest.approx(400)
