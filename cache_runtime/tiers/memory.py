@@ -252,14 +252,24 @@ class MemoryTier:
         if needed > self.capacity_bytes:
             return False
 
+        chosen: dict[str, None] = {}
+
         def keep(key: str) -> bool:
             entry = self._entries[key]
-            return key in protect or entry.pinned or bool(entry.children)
+            # a parent becomes evictable once all its children are chosen (they go first)
+            live_children = entry.children and entry.children - chosen.keys()
+            return key in protect or key in chosen or entry.pinned or bool(live_children)
 
-        while self._bytes + needed > self.capacity_bytes:
+        # Choose all victims first and evict only if they free enough: a refused put must not
+        # have thrown out entries for nothing.
+        freed = 0
+        while self._bytes - freed + needed > self.capacity_bytes:
             victim = self.policy.victim(keep)
             if victim is None:
                 return False
+            chosen[victim] = None
+            freed += len(self._entries[victim].value)
+        for victim in chosen:
             entry = self._entries[victim]
             if self.on_evict is not None:
                 ttl_left = None if entry.expires_at is None else entry.expires_at - self._clock()
