@@ -27,7 +27,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from data_contracts import GRANULARITIES
-from data_contracts.lake import ARROW_SCHEMAS
+from data_contracts.lake import ARROW_SCHEMAS, arrow_types
 from flows.ingest.readers import (
     InputError,
     Record,
@@ -393,7 +393,7 @@ class Generic(Format):
         table = table.set_column(
             table.schema.get_field_index("prefix_hashes"), "prefix_hashes", hashes
         )
-        frame = table.to_pandas(types_mapper=_arrow_backed)
+        frame = table.to_pandas(types_mapper=arrow_types)
         frame.index = numbers
         frame["tenant"] = frame["tenant"].fillna(ctx.tenant)
         missing_id = frame["request_id"].isna().to_numpy()
@@ -450,13 +450,6 @@ _GENERIC_ARROW_OPTIONS = tuple(
     pajson.ParseOptions(explicit_schema=_generic_schema(t), unexpected_field_behavior="error")
     for t in (pa.string(), pa.float64())
 )
-
-
-def _arrow_backed(arrow_type: pa.DataType) -> pd.ArrowDtype | None:
-    """Text and list columns stay Arrow-backed, as the contract wants them."""
-    if pa.types.is_string(arrow_type) or pa.types.is_list(arrow_type):
-        return pd.ArrowDtype(arrow_type)
-    return None
 
 
 def _coerce_csv_row(row: dict[str, Any]) -> dict[str, Any]:

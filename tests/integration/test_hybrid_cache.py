@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import FakeClock
 from prometheus_client import generate_latest
 
 from cache_runtime.hybrid import HybridCache
@@ -16,14 +17,6 @@ from cache_runtime.services import RedisServer
 from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
 
 pytestmark = pytest.mark.integration
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def k(prompt: str, tenant: str = "acme") -> ExactKey:

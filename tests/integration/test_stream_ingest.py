@@ -8,12 +8,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import orjson
 import pytest
 import redis
+from helpers import wait_until
 
 from cache_runtime.request_stream import RequestLogProducer
 from data_contracts.lake import Lake
@@ -33,14 +33,6 @@ def produce(client: redis.Redis, stream: str, n: int, **kwargs: object) -> Reque
         )  # fmt: skip
     producer.close()
     return producer
-
-
-def wait_for(predicate, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        time.sleep(0.05)
 
 
 def test_produce_consume_exactly_once(redis_client: redis.Redis, lake: Lake) -> None:
@@ -65,7 +57,7 @@ def test_killed_consumer_mid_batch_loses_and_duplicates_nothing(
         env={**os.environ, "PYTHONPATH": str(Path.cwd())},
     )
     try:
-        wait_for(marker.exists)  # its batch is in the lake, its XACK not yet sent
+        wait_until(marker.exists, timeout_s=60)  # its batch is in the lake, its XACK not yet sent
     finally:
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=30)

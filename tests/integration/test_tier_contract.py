@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from helpers import wait_until
 
 from cache_runtime.keys import ExactKey, PrefixKey
 from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, Tier, redis_client
@@ -90,13 +91,6 @@ def test_check_is_clean_after_use(tier: Tier) -> None:
     tier.put(pages[1].to_string(), b"page1", parent=pages[0].to_string())
     tier.delete(key("nothing"))
     assert tier.check() == []
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def test_redis_tier_degrades_when_server_is_gone() -> None:

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from helpers import FakeClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cache_runtime.policies import Hint, LRUKPolicy, LRUPolicy
 from cache_runtime.prefix_policies import PrefixSLRU
 from cache_runtime.tiers import MemoryTier, Tier
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_is_a_tier() -> None:

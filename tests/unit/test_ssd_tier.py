@@ -6,17 +6,10 @@ import multiprocessing
 from pathlib import Path
 
 import pytest
+from helpers import FakeClock
 
 from cache_runtime.tiers import Tier
 from cache_runtime.tiers.ssd import SSDTier
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
