@@ -176,3 +176,24 @@ def test_redis_bulk_writes_in_concurrent_batches(redis_url: str) -> None:
     assert tier.get(key("bulk4321")) == b"v4321" and tier.get(key("ttl7")) == b"t"
     assert tier.stats().puts == 5800 and tier.stats().items == 5800
     tier.close()
+
+
+def test_redis_acl_user_is_confined_to_its_tenant_namespace(redis_url: str) -> None:
+    admin = redis.Redis.from_url(redis_url)
+    admin.execute_command(
+        "ACL", "SETUSER", "tenant-acme", "on", ">s3cret", "~acl:acme:*", "+@all", "-@dangerous"
+    )
+    try:
+        tier = RedisTier(
+            redis_client(redis_url, username="tenant-acme", password="s3cret"), namespace="acl"
+        )
+        assert tier.put(key("q", "acme"), b"acme's answer")
+        assert tier.get(key("q", "acme")) == b"acme's answer"
+        assert not tier.put(key("q", "globex"), b"forged")  # NOPERM: refused, not raised
+        assert tier.get(key("q", "globex")) is None
+        assert tier.stats().errors >= 2
+        assert admin.get(tier.redis_key(key("q", "globex"))) is None
+        tier.close()
+    finally:
+        admin.execute_command("ACL", "DELUSER", "tenant-acme")
+        admin.close()
