@@ -7,7 +7,6 @@ contract, so the memory tier runs them and the simulator replays traces through 
 
 from __future__ import annotations
 
-import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
@@ -183,11 +182,6 @@ class _Shadow:
         return False
 
 
-def _bucket(key: object) -> int:
-    """A stable hash for sampling (Python's str hash changes between runs)."""
-    return key if isinstance(key, int) else zlib.crc32(str(key).encode())
-
-
 class DuelingPolicy(EvictionPolicy):
     """Set dueling (Qureshi et al., ISCA'07) between PrefixARC and PrefixSLRU: both keep
     metadata for the real cache; shadow caches of 1/`sample` the size replay the sampled keys
@@ -210,6 +204,8 @@ class DuelingPolicy(EvictionPolicy):
         self._shadows: list[_Shadow] | None = None
         self._resident = 0
         self.leader = 0
+        self._arc_access = self._members[0].on_access
+        self._slru_access = self._members[1].on_access
         if capacity is not None:
             self._start_duel(capacity)
 
@@ -221,7 +217,9 @@ class DuelingPolicy(EvictionPolicy):
         return self._members[self.leader].name
 
     def _observe(self, key: str, hint: str | None) -> None:
-        if self._shadows is None or _bucket(key) % self._sample:
+        # Python's hash: integer ids (trace replay) sample the same keys in every run; string
+        # keys only need a choice that is stable while the process lives, which hash() is.
+        if self._shadows is None or hash(key) % self._sample:
             return
         result = tuple(shadow.access(key, hint) for shadow in self._shadows)
         if len(self._scores) == self._scores.maxlen:
@@ -239,9 +237,10 @@ class DuelingPolicy(EvictionPolicy):
         self._observe(key, hint)
 
     def on_access(self, key: str, now: float) -> None:
-        for member in self._members:
-            member.on_access(key, now)
-        self._observe(key, None)
+        self._arc_access(key, now)  # unrolled over the two members: this runs on every hit
+        self._slru_access(key, now)
+        if self._shadows is not None and not hash(key) % self._sample:
+            self._observe(key, None)
 
     def on_remove(self, key: str) -> None:
         self._resident -= 1
