@@ -5,7 +5,7 @@ atomic and safe across processes; its own eviction is off). Each value is stored
 16-byte BLAKE2b checksum, verified on every read: a truncated or bit-flipped value is dropped and
 counted, never served.
 
-Admission and eviction use heat (`cache_runtime.heat_score`): every get, hit or miss, bumps the
+Admission and eviction use heat (`cache_runtime.heat`): every get, hit or miss, bumps the
 key's decayed frequency, so a key that keeps missing earns its way in. When the tier is full a
 new value is admitted only if it is hotter than the coldest unpinned entries it would displace
 (a one-off write cannot flush a hot working set — the TinyLFU idea, with decay instead of a
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import diskcache
 
-from cache_runtime.heat_score import DEFAULT_HALF_LIFE_S, bump, decay_rate, score
+from cache_runtime.heat import DEFAULT_HALF_LIFE_S, bump, decay_rate, score
 from cache_runtime.tiers.base import EvictionCallback, TierStats
 
 _CHECKSUM_BYTES = 16
