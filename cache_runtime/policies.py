@@ -10,6 +10,7 @@ same objects, so that what is measured is what is served.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -128,6 +129,60 @@ class LRUKPolicy(EvictionPolicy):
         return found
 
 
+class HeatPolicy(EvictionPolicy):
+    """Evict the coldest entry by decayed access frequency (LRFU, Lee et al. 1999).
+
+    Heat of a key: each access adds 1, and heat decays by half every `half_life` time units
+    (`cache_runtime.heat.bump`). A short half-life makes it LRU, a long one LFU: the half-life is
+    the knob the decay tuner (`preheat tune decay`) searches. Entries sit in a heap keyed by
+    the time-invariant score log(heat) + lambda x last_access, with stale entries skipped
+    lazily, so an access or an eviction costs O(log n).
+    """
+
+    name = "heat"
+    uses_time = True
+
+    def __init__(self, half_life: float = 3600.0) -> None:
+        if not half_life > 0:
+            raise ValueError("half_life must be positive")
+        self.rate = math.log(2) / half_life
+        self._state: dict[str, tuple[float, float, float]] = {}  # key -> (heat, last, score)
+        self._heap: list[tuple[float, int, str]] = []
+        self._tick = 0
+
+    def _set(self, key: str, heat: float, now: float) -> None:
+        score = math.log(heat) + self.rate * now
+        self._state[key] = (heat, now, score)
+        self._tick += 1
+        heapq.heappush(self._heap, (score, self._tick, key))
+
+    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+        self._set(key, 1.0, now)
+
+    def on_access(self, key: str, now: float) -> None:
+        heat, last, _ = self._state[key]
+        self._set(key, heat * math.exp(-self.rate * max(0.0, now - last)) + 1.0, now)
+
+    def on_remove(self, key: str) -> None:
+        self._state.pop(key, None)
+
+    def victim(self, keep: Callable[[str], bool]) -> str | None:
+        kept: list[tuple[float, int, str]] = []
+        found = None
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            state = self._state.get(entry[2])
+            if state is None or state[2] != entry[0]:
+                continue  # stale: removed, or accessed since
+            kept.append(entry)
+            if not keep(entry[2]):
+                found = entry[2]
+                break
+        for entry in kept:
+            heapq.heappush(self._heap, entry)
+        return found
+
+
 class Hint:
     """Application knowledge passed with an insert.
 
@@ -146,6 +201,7 @@ def _registry() -> dict[str, type[EvictionPolicy]]:
     return {
         "lru": LRUPolicy,
         "lru-k": LRUKPolicy,
+        "heat": HeatPolicy,
         "prefix-slru": PrefixSLRU,
         "prefix-arc": PrefixARC,
         "preheat": DuelingPolicy,
@@ -160,7 +216,7 @@ def make_policy(name: str) -> EvictionPolicy:
     return registry[name]()
 
 
-POLICY_NAMES = ("lru", "lru-k", "prefix-slru", "prefix-arc", "preheat")
+POLICY_NAMES = ("lru", "lru-k", "heat", "prefix-slru", "prefix-arc", "preheat")
 # The memory tier's default is the measured winner (`preheat bench cache`, Mooncake trace): the
 # dueling "preheat" policy is above LRU, ARC, S3-FIFO, Sieve and W-TinyLFU at 1, 5, 10 and 20% of
 # unique blocks, for block and prefix hits.

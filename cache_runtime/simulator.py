@@ -24,11 +24,13 @@ def replay(
     request_starts: np.ndarray,
     capacity: int,
     hints: bool = True,
+    times: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per-access hit mask. `accesses`: (N,) int64 object ids in order; `request_starts`:
     (R,) index of each request's first access. With `hints`, each request's last block is
     inserted with `Hint.TAIL` — only for traces whose requests have several blocks: where every
-    access is its own request (key-value traces), "last block of the prompt" means nothing."""
+    access is its own request (key-value traces), "last block of the prompt" means nothing.
+    `times`: (N,) seconds of each access for time-aware policies; else the access index."""
     if capacity <= 0:
         raise ValueError("capacity must be positive")
     n = len(accesses)
@@ -38,6 +40,7 @@ def replay(
     hits = np.zeros(n, dtype=bool)
     resident: set[int] = set()
     keys = accesses.tolist()
+    clock = times.tolist() if times is not None else [float(i) for i in range(n)]
     on_access, on_insert, on_remove, victim = (
         policy.on_access, policy.on_insert, policy.on_remove, policy.victim,
     )  # fmt: skip
@@ -46,13 +49,13 @@ def replay(
         key = obj  # ints are valid dict keys; policies treat keys as opaque
         if obj in resident:
             hits[i] = True
-            on_access(key, float(i))
+            on_access(key, clock[i])
             continue
         if len(resident) >= capacity:
             gone = victim(keep)
             on_remove(gone)
             resident.discard(gone)
-        on_insert(key, float(i), Hint.TAIL if tails[i] else None)
+        on_insert(key, clock[i], Hint.TAIL if tails[i] else None)
         resident.add(obj)
     return hits
 

@@ -297,6 +297,44 @@ def bench_runtime_command(
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 
 
+tune = typer.Typer(help="Online tuning of the platform's own parameters.", no_args_is_help=True)
+app.add_typer(tune, name="tune")
+
+
+@tune.command("decay")
+def tune_decay_command(
+    trace: Annotated[Path, typer.Option(help="Trace with timestamps (Mooncake).")],
+    format_name: Annotated[str, typer.Option("--format", help="mooncake")] = "mooncake",
+    rounds: Annotated[int, typer.Option(min=1, max=200, help="Bayesian-optimisation rounds.")] = 10,
+    window: Annotated[
+        int, typer.Option(min=10, help="The most recent N requests replayed.")
+    ] = 2000,
+    capacity: Annotated[
+        float, typer.Option(min=0.001, max=1.0, help="Cache size, fraction of unique blocks.")
+    ] = 0.1,
+    grid: Annotated[int, typer.Option(min=2, max=500, help="Grid points for comparison.")] = 40,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Accepted for symmetry; output is JSON.")
+    ] = True,
+) -> None:
+    """Tune the heat decay's half-life by Bayesian optimisation over a replay of the trace."""
+    from flows.bench.traces import TraceError, load_trace
+    from models.heat.tuning import tune_decay
+
+    if format_name != "mooncake":
+        raise CliError("tune decay needs per-request timestamps: --format mooncake")
+    try:
+        loaded = load_trace(trace, format_name).last_requests(window)
+    except TraceError as err:
+        raise CliError(str(err)) from None
+    entries = max(1, round(capacity * loaded.unique))
+    with stderr.status(f"tuning the decay over {rounds} rounds and a {grid}-point grid"):
+        result = tune_decay(
+            loaded.accesses, loaded.request_starts, loaded.times, entries, rounds, grid
+        )
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+
+
 def main() -> None:
     """Entry point: every usage or input error becomes one line on stderr and exit code 2."""
     command = typer.main.get_command(app)

@@ -29,10 +29,23 @@ class AccessTrace:
     name: str
     accesses: np.ndarray  # (N,) int64 object ids, in access order
     request_starts: np.ndarray  # (R,) int64 index of each request's first access
+    times: np.ndarray | None = None  # (N,) float64 seconds of each access, where the trace has them
 
     @property
     def unique(self) -> int:
         return len(np.unique(self.accesses))
+
+    def last_requests(self, count: int) -> AccessTrace:
+        """The most recent `count` requests as a trace of their own (the tuner's window)."""
+        if count >= len(self.request_starts):
+            return self
+        first = int(self.request_starts[-count])
+        return AccessTrace(
+            f"{self.name}[last {count} requests]",
+            self.accesses[first:],
+            self.request_starts[-count:] - first,
+            None if self.times is None else self.times[first:],
+        )
 
 
 def _open(path: Path) -> bytes:
@@ -76,20 +89,26 @@ def load_trace(path: Path, fmt: str) -> AccessTrace:
 def _mooncake(path: Path, data: bytes) -> AccessTrace:
     blocks: list[int] = []
     starts: list[int] = []
+    seconds: list[float] = []
     for number, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            ids = orjson.loads(line)["hash_ids"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+            record = orjson.loads(line)
+            ids, stamp_ms = record["hash_ids"], float(record["timestamp"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             raise TraceError(f"{path}:{number}: not a Mooncake record with hash_ids") from None
         if ids:
             starts.append(len(blocks))
             blocks.extend(ids)
+            seconds.extend([stamp_ms / 1000.0] * len(ids))
     if not blocks:
         raise TraceError(f"{path}: no blocks")
     return AccessTrace(
-        path.name, np.array(blocks, dtype=np.int64), np.array(starts, dtype=np.int64)
+        path.name,
+        np.array(blocks, dtype=np.int64),
+        np.array(starts, dtype=np.int64),
+        np.array(seconds, dtype=np.float64),
     )
 
 

@@ -1,0 +1,1 @@
+"""Learning heat: tuning the decay online (this package), the heat-evolution GAN (issue 5)."""
