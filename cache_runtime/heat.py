@@ -20,10 +20,13 @@ The exponential decay is the sliding window: an access one half-life ago counts 
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -51,6 +54,21 @@ class DecayParams:
         if not lam > 0:
             raise ValueError("lambda must be positive")
         return cls(half_life_s=math.log(2) / lam * DAY_S)
+
+    def save(self, path: Path, **provenance: object) -> None:
+        """Write atomically (the cache runtime may be reading): tmp file, then rename."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"half_life_s": self.half_life_s, **provenance}, default=str))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> DecayParams:
+        """The tuned parameters (`tune-decay` flow), or the default when none were written yet.
+        A corrupt file raises: silently falling back would hide a broken tuner."""
+        if not path.is_file():
+            return cls()
+        return cls(half_life_s=float(json.loads(path.read_text())["half_life_s"]))
 
 
 def coupled_heat(

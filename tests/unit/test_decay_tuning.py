@@ -77,3 +77,35 @@ def test_cli_prints_the_tuning_json(mooncake_like: Path, tmp_path: Path) -> None
         capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "needs per-request timestamps" in bad.stderr
+
+
+@pytest.mark.integration
+def test_tune_decay_flow_logs_to_mlflow_and_publishes_params(
+    mooncake_like: Path, tmp_path: Path
+) -> None:
+    import mlflow
+
+    from flows.tuning.flow import decay_params_path, tune_decay_flow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    out = tune_decay_flow.fn(
+        trace=str(mooncake_like), data_dir=str(tmp_path / "data"), mlflow_uri=uri,
+        mlflow_artifacts=str(tmp_path / "artifacts"), window=600, rounds=4, grid=5,
+    )  # fmt: skip
+    params = DecayParams.load(decay_params_path(tmp_path / "data"))
+    assert params.half_life_s == pytest.approx(out["best"]["half_life_s"])
+    mlflow.set_tracking_uri(uri)
+    run = mlflow.get_run(out["run_id"])
+    assert run.data.metrics["best_objective"] == pytest.approx(out["best"]["objective"])
+    assert run.data.metrics["best_objective"] >= run.data.metrics["default_objective"]
+    assert (tmp_path / "artifacts").is_dir()
+
+
+def test_decay_params_round_trip_and_default(tmp_path: Path) -> None:
+    path = tmp_path / "decay.json"
+    assert DecayParams.load(path) == DecayParams()
+    DecayParams(half_life_s=42.0).save(path, objective=0.1)
+    assert DecayParams.load(path).half_life_s == 42.0
+    path.write_text("{not json")
+    with pytest.raises(ValueError):
+        DecayParams.load(path)

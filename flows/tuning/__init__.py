@@ -1,0 +1,1 @@
+"""Flows that tune the platform's own parameters."""

@@ -1,0 +1,42 @@
+"""MLflow logging of decay-tuning runs: one run per tuning, experiment `preheat-decay-tuning`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+EXPERIMENT = "preheat-decay-tuning"
+
+
+def log_tuning_run(
+    result: dict[str, Any], tracking_uri: str, artifacts_dir: Path, trace: str
+) -> str:
+    """Log parameters, the per-round objective and the full result JSON; returns the run id."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    experiment = mlflow.get_experiment_by_name(EXPERIMENT)
+    if experiment is None:  # artifacts beside the store, not in the working directory
+        artifacts_dir.mkdir(parents=True, exist_ok=True)
+        experiment_id = mlflow.create_experiment(
+            EXPERIMENT, artifact_location=artifacts_dir.resolve().as_uri()
+        )
+    else:
+        experiment_id = experiment.experiment_id
+    with mlflow.start_run(experiment_id=experiment_id) as run:
+        mlflow.log_params(
+            {
+                "trace": trace,
+                "capacity_entries": result["capacity"],
+                "rounds": len(result["rounds"]),
+                **{f"latency.{k}": v for k, v in result["latency_model"].items()},
+            }
+        )
+        for step, round_ in enumerate(result["rounds"]):
+            mlflow.log_metric("objective", round_["objective"], step=step)
+        for name in ("best", "default", "grid_optimum"):
+            mlflow.log_metric(f"{name}_objective", result[name]["objective"])
+            mlflow.log_metric(f"{name}_half_life_s", result[name]["half_life_s"])
+        mlflow.log_metric("objective_range_over_grid", result["objective_range_over_grid"])
+        mlflow.log_dict(result, "tuning.json")
+        return run.info.run_id
