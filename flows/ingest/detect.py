@@ -6,7 +6,8 @@ from pathlib import Path
 
 import orjson
 
-from flows.ingest.formats import Azure, Format, Generic, Mooncake, Prompts, ServeGen
+from flows.ingest.formats import Azure, Format, Mooncake, ServeGen
+from flows.ingest.formats_generic import Generic, Prompts
 from flows.ingest.readers import InputError
 
 FORMAT_NAMES = ("auto", "jsonl", "mooncake", "azure", "servegen", "prompts")

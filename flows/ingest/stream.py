@@ -16,7 +16,8 @@ import redis
 
 from cache_runtime.request_stream import STREAM_FIELD
 from data_contracts.lake import Lake
-from flows.ingest.formats import Generic, SourceContext
+from flows.ingest.formats import SourceContext
+from flows.ingest.formats_generic import Generic
 from flows.ingest.pipeline import process_chunk
 from flows.ingest.readers import Record, RowError
 

@@ -13,13 +13,12 @@ from flows.ingest.detect import resolve_format
 from flows.ingest.formats import (
     Azure,
     FastPathMiss,
-    Generic,
     Mooncake,
     ServeGen,
     SourceContext,
-    parse_timestamps,
     relative_to_epoch,
 )
+from flows.ingest.formats_generic import Generic, parse_timestamps
 from flows.ingest.pipeline import SLOW_PATH_ROWS, process_chunk
 from flows.ingest.readers import InputError, RowError, read_byte_lines
 
