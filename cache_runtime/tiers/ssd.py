@@ -166,18 +166,11 @@ class SSDTier:
             return False
 
     def ttl_left(self, key: str) -> float | None:
-        try:
-            row = (
-                self._db()
-                .execute("SELECT expires FROM heat WHERE key = ? AND present = 1", (key,))
-                .fetchone()
-            )
-        except sqlite3.Error:
-            self._count(errors=1)
+        entry = self._indexed_expiry(key)
+        if entry is None:
             return 0.0
-        if row is None:
-            return 0.0
-        return None if row[0] is None else max(0.0, row[0] - self._clock())
+        expires = entry[0]
+        return None if expires is None else max(0.0, expires - self._clock())
 
     def touch(self, key: str, ttl_s: float | None) -> bool:
         expires = None if ttl_s is None else self._clock() + ttl_s
@@ -192,16 +185,23 @@ class SSDTier:
         return changed == 1
 
     def contains(self, key: str) -> bool:
+        entry = self._indexed_expiry(key)
+        if entry is None:
+            return False
+        expires = entry[0]
+        return (expires is None or self._clock() < expires) and key in self._data
+
+    def _indexed_expiry(self, key: str) -> tuple[float | None] | None:
+        """(expiry,) of a stored key from the index; None when absent or unreadable (counted)."""
         try:
-            row = (
+            return (
                 self._db()
                 .execute("SELECT expires FROM heat WHERE key = ? AND present = 1", (key,))
                 .fetchone()
             )
         except sqlite3.Error:
             self._count(errors=1)
-            return False
-        return row is not None and (row[0] is None or self._clock() < row[0]) and key in self._data
+            return None
 
     def stats(self) -> TierStats:
         try:
