@@ -39,6 +39,11 @@ def normalise_prompt(prompt: str) -> str:
     return _WHITESPACE.sub(" ", unicodedata.normalize("NFC", prompt)).strip()
 
 
+def _join(kind: str, version: int, fields: tuple[str, ...]) -> str:
+    """The string form; `_split` is its inverse."""
+    return f"{_MAGIC}|v{version}|{kind}|{'|'.join(fields)}"
+
+
 def _split(text: str, kind: str, fields: int) -> tuple[int, list[str]]:
     parts = text.split("|")
     if len(parts) != 3 + fields or parts[0] != _MAGIC or parts[2] != kind:
@@ -67,7 +72,7 @@ class ExactKey:
 
     def to_string(self) -> str:
         fields = (_enc(self.tenant), _enc(self.model_id), _enc(self.prompt_digest))
-        return f"{_MAGIC}|v{self.version}|{self.kind}|{'|'.join(fields)}"
+        return _join(self.kind, self.version, fields)
 
     @classmethod
     def from_string(cls, text: str) -> ExactKey:
@@ -91,7 +96,7 @@ class SemanticKey:
 
     def to_string(self) -> str:
         fields = (_enc(self.tenant), _enc(self.template_id), f"{self.simhash:016x}")
-        return f"{_MAGIC}|v{self.version}|{self.kind}|{'|'.join(fields)}"
+        return _join(self.kind, self.version, fields)
 
     @classmethod
     def from_string(cls, text: str) -> SemanticKey:
@@ -145,7 +150,7 @@ class PrefixKey:
             _enc(self.tenant), _enc(self.model_id), str(self.depth), str(self.block_hash),
             str(self.root_hash),
         )  # fmt: skip
-        return f"{_MAGIC}|v{self.version}|{self.kind}|{'|'.join(fields)}"
+        return _join(self.kind, self.version, fields)
 
     @classmethod
     def from_string(cls, text: str) -> PrefixKey:
