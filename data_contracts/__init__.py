@@ -9,6 +9,7 @@ types, or it is rejected with an error that names the column, the check and the 
 from __future__ import annotations
 
 from data_contracts.demand import GRANULARITIES, DemandSeries
+from data_contracts.forecast import KeyForecast
 from data_contracts.quarantine import QuarantineRow
 from data_contracts.request_log import TIMESTAMP_MAX, TIMESTAMP_MIN, RequestLog
 from data_contracts.validation import RowFailure, failures_by_row, validate
@@ -20,6 +21,7 @@ __all__ = [
     "TIMESTAMP_MAX",
     "TIMESTAMP_MIN",
     "DemandSeries",
+    "KeyForecast",
     "QuarantineRow",
     "RequestLog",
     "RowFailure",

@@ -15,9 +15,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from rich.console import Console
 
-from cache_runtime.settings import Settings, load_settings
+from flows.cli_common import (
+    EXIT_BAD_INPUT,
+    EXIT_QUARANTINED,
+    CliError,
+    ConfigOption,
+    DataDirOption,
+    stderr,
+)
+from flows.cli_common import settings_from as _settings
+from flows.cli_forecast import bench_forecast_command, bench_hotset_command, train
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,39 +38,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-stderr = Console(stderr=True)
-
-EXIT_BAD_INPUT = 2
-EXIT_QUARANTINED = 3
-
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", help="TOML settings file (else preheat.toml if present).")
-]
-DataDirOption = Annotated[
-    Path | None, typer.Option("--data-dir", help="Override the data directory setting.")
-]
-
-
-class CliError(Exception):
-    """A user-facing failure: printed as one line, exit code attached."""
-
-    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _settings(config: Path | None, data_dir: Path | None) -> Settings:
-    from flows.runtime_env import configure_runtime_env
-
-    try:
-        settings = load_settings(config, **({"data_dir": data_dir} if data_dir else {}))
-    except FileNotFoundError as err:
-        raise CliError(str(err)) from None
-    except ValueError as err:  # pydantic's ValidationError is a ValueError
-        first = str(err).splitlines()
-        raise CliError(f"invalid settings: {' '.join(first[:3])}") from None
-    configure_runtime_env(settings)
-    return settings
 
 
 @app.command()
@@ -296,6 +271,10 @@ def bench_runtime_command(
         result = bench_runtime(settings.redis_url)
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 
+
+bench.command("forecast")(bench_forecast_command)
+bench.command("hotset")(bench_hotset_command)
+app.add_typer(train, name="train")
 
 tune = typer.Typer(help="Online tuning of the platform's own parameters.", no_args_is_help=True)
 app.add_typer(tune, name="tune")

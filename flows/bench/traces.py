@@ -86,6 +86,34 @@ def load_trace(path: Path, fmt: str) -> AccessTrace:
     return AccessTrace(path.name, ids, np.arange(len(ids), dtype=np.int64))
 
 
+def load_request_keys(
+    path: Path, fmt: str = "mooncake", prefix_blocks: int = 4
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's time and key, for hot-set prediction (`models.forecast.hotset`).
+
+    A request's key is its prefix of the first `prefix_blocks` blocks, named by the block id at
+    its end: Mooncake's hash ids are chained, so `hash_ids[min(4, n) - 1]` identifies the whole
+    prefix and two requests share a key exactly when they share those blocks. Requests without
+    hash_ids are skipped (as in `load_trace`).
+
+    Returns:
+        times (R,) float64 seconds and keys (R,) int64, in file order.
+
+    Raises:
+        TraceError: unreadable input, or a format whose records carry no timestamps (a hot set
+            is per time window, so access order alone cannot define one).
+    """
+    if prefix_blocks < 1:
+        raise ValueError("prefix_blocks must be at least 1")
+    trace = load_trace(path, fmt)
+    if trace.times is None:
+        raise TraceError(f"{path}: {fmt} traces carry no timestamps; hot sets need them")
+    starts = trace.request_starts
+    ends = np.append(starts[1:], len(trace.accesses))
+    last_block = starts + np.minimum(prefix_blocks, ends - starts) - 1
+    return trace.times[starts], trace.accesses[last_block]
+
+
 def _mooncake(path: Path, data: bytes) -> AccessTrace:
     blocks: list[int] = []
     starts: list[int] = []
