@@ -3,8 +3,11 @@ through its conftest)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 class FakeClock:
@@ -24,3 +27,13 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not reached in time")
         time.sleep(0.01)
+
+
+PREHEAT = str(Path(sys.executable).parent / "preheat")
+
+
+def run_cli(*args: str, cwd: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the installed `preheat` command as a user would, capturing stdout and stderr."""
+    return subprocess.run(
+        [PREHEAT, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
+    )

@@ -89,12 +89,13 @@ class PreheatForecaster:
     def fit(self, train: np.ndarray) -> PreheatForecaster:
         train = np.asarray(train, dtype=np.float64)
         val_start = int(len(train) * (1 - self.val_frac))
-        origins = rolling_origins(val_start, len(train), self.horizon)
-        if len(origins) < 4:
+        n_origins = len(train) - self.horizon + 1 - val_start
+        if n_origins < 4:
             raise ValueError(
-                f"{len(train)} train buckets leave {len(origins)} validation origins for horizon "
-                f"{self.horizon}; give more data or a shorter horizon"
+                f"{len(train)} train buckets leave {max(n_origins, 0)} validation origins for "
+                f"horizon {self.horizon}; give more data or a shorter horizon"
             )
+        origins = rolling_origins(val_start, len(train), self.horizon)
         first, second = origins[: len(origins) // 2], origins[len(origins) // 2 :]
         fitted, notes = self._fit_candidates(train[:val_start])
         first_half = {c.name: _validation_mae(c, train, first, self.horizon) for c in fitted}

@@ -1,0 +1,82 @@
+"""`preheat bench forecast` and `bench hotset`: the JSON the issue names, and one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from helpers import run_cli as run
+
+
+@pytest.fixture(scope="module")
+def azure_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Azure-format trace: a daily-ish wave of arrivals over 2,400 s, made here."""
+    rng = np.random.default_rng(5)
+    path = tmp_path_factory.mktemp("traces") / "azure_like.csv"
+    rate = 3 + 2 * np.sin(np.arange(240) / 12)  # requests per 10 s bucket
+    start = np.datetime64("2023-11-16T18:00:00")
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for bucket, lam in enumerate(rate):
+        for offset in np.sort(rng.uniform(0, 10, rng.poisson(lam))):
+            stamp = start + np.timedelta64(int((bucket * 10 + offset) * 1e6), "us")
+            text = str(stamp).replace("T", " ")
+            lines.append(f"{text}0,{rng.integers(10, 5000)},{rng.integers(1, 50)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_bench_forecast_json(azure_like: Path, tmp_path: Path) -> None:
+    done = run(
+        "bench", "forecast", "--trace", str(azure_like), "--format", "azure", "--bucket", "10",
+        "--horizon", "3", "--season", "24", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = orjson.loads(done.stdout)
+    assert result["buckets"] == 240 and result["test_buckets"] == 60
+    expected = {"preheat", "attention", "naive", "seasonal_naive", "moving_average", "ewma", "ar"}
+    assert set(result["methods"]) == expected
+    for scores in result["methods"].values():
+        assert {"MAE", "sMAPE", "MASE"} <= scores.keys() and scores["MAE"] >= 0
+    chosen = result["methods"]["preheat"]["chosen"]
+    assert chosen in result["validation"]
+    assert result["best_baseline"] in expected - {"preheat", "attention"}
+    low, high = result["mae_diff_ci95"]
+    assert low <= high
+
+
+def test_bench_forecast_bad_input_is_one_line(tmp_path: Path) -> None:
+    missing = run(
+        "bench", "forecast", "--trace", str(tmp_path / "nope.csv"), "--format", "azure",
+        "--bucket", "10", cwd=tmp_path,
+    )  # fmt: skip
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert "no such file" in missing.stderr
+    short = tmp_path / "short.csv"
+    short.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.0000000,1,1\n")
+    done = run(
+        "bench", "forecast", "--trace", str(short), "--format", "azure", "--bucket", "10",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+def test_bench_hotset_json(mooncake_like: Path, tmp_path: Path) -> None:
+    done = run(
+        "bench", "hotset", "--trace", str(mooncake_like), "--format", "mooncake",
+        "--window", "30", "--k", "10", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = orjson.loads(done.stdout)
+    assert result["k"] == 10 and result["windows"] >= 4
+    assert set(result["methods"]) == {"preheat", "last_window", "ewma_frequency", "oracle"}
+    oracle = result["methods"]["oracle"]["recall_of_requests"]
+    for scores in result["methods"].values():
+        assert 0 <= scores["recall_of_requests"] <= oracle + 1e-9
+    assert result["preheat_chosen"] in {"attention", "ewma_frequency", "decayed_frequency"}
+
+
+def test_bench_hotset_too_few_windows_is_one_line(mooncake_like: Path, tmp_path: Path) -> None:
+    done = run("bench", "hotset", "--trace", str(mooncake_like), "--window", "100000", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1

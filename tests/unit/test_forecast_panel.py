@@ -1,0 +1,147 @@
+"""Per-key forecasting: the panel of top keys + other, the per-key chooser, hot-set `preheat`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from data_contracts import KeyForecast
+from models.forecast.attention import AttentionConfig
+from models.forecast.hotset import EwmaFrequency, KeyWindows, LastWindow
+from models.forecast.hotset_models import AttentionScorer, PreheatHotset, fine_counts
+from models.forecast.panel import OTHER_KEY, KeyPanel, PanelForecaster, tail_coverage
+
+TINY = AttentionConfig(
+    scales=(1, 2, 4), context=4, horizon=2, d_model=8, heads=2, hidden=16, epochs=2
+)
+START = pd.Timestamp("2024-03-04T00:00:00Z")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _demand(buckets: int = 40) -> pd.DataFrame:
+    """Two tenants; acme has a busy key, a quiet key and a rare one; globex one key."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for t in range(buckets):
+        start = START + pd.Timedelta(minutes=3 * t)
+        busy, quiet, rare, other = rng.poisson(20), rng.poisson(3), int(t % 10 == 0), rng.poisson(5)
+        for key, count in (("template:busy", busy), ("template:quiet", quiet), ("prefix:7", rare)):
+            if count:
+                rows.append(("acme", key, start, float(count)))
+        rows.append(("acme", "__total__", start, float(busy + quiet + rare)))
+        rows.append(("globex", "route:/chat", start, float(other)))
+        rows.append(("globex", "__total__", start, float(other)))
+    frame = pd.DataFrame(rows, columns=["tenant", "key", "bucket_start", "count"])
+    frame.insert(2, "granularity", "3min")
+    return frame
+
+
+def test_panel_keeps_top_keys_and_other_rows_sum_to_each_tenant_total() -> None:
+    demand = _demand()
+    panel = KeyPanel.from_demand(demand, top_k=2, recent=10)
+    assert list(zip(panel.tenants, panel.keys, strict=True)) == [
+        ("acme", "template:busy"),
+        ("globex", "route:/chat"),
+        ("acme", OTHER_KEY),
+        ("globex", OTHER_KEY),
+    ]
+    totals = demand[demand["key"] == "__total__"].pivot_table(
+        index="tenant", columns="bucket_start", values="count"
+    )
+    for tenant in ("acme", "globex"):
+        mine = panel.counts[panel.tenants == tenant].sum(0)
+        np.testing.assert_allclose(mine, totals.loc[tenant].to_numpy())
+    assert panel.counts.shape == (4, 40)
+
+
+def test_panel_rejects_mixed_granularities() -> None:
+    demand = _demand(12)
+    demand.loc[0, "granularity"] = "1h"
+    demand.loc[0, "bucket_start"] = START
+    with pytest.raises(ValueError, match="one granularity"):
+        KeyPanel.from_demand(demand)
+
+
+def test_panel_forecaster_chooses_on_validation_and_emits_the_contract() -> None:
+    panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
+    model = PanelForecaster(TINY).fit(panel)
+    assert set(model.validation_mae) == {"last_value", "moving_average", "ewma", "attention"}
+    assert model.chosen == min(model.validation_mae, key=model.validation_mae.get)
+    forecast = model.forecast(panel)
+    KeyForecast.validate(forecast)
+    assert len(forecast) == len(panel.keys) * TINY.horizon
+    first = forecast[forecast["step"] == 1]["bucket_start"].unique()
+    assert list(first) == [panel.starts[-1] + pd.Timedelta(minutes=3)]
+    assert (forecast["predicted"] >= 0).all()
+
+
+def test_panel_forecast_reads_only_buckets_before_the_origin() -> None:
+    panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
+    model = PanelForecaster(TINY).fit(panel, until=30)
+    before = model.forecast_counts(panel.counts, 30)
+    poisoned = panel.counts.copy()
+    poisoned[:, 30:] = 1e6
+    np.testing.assert_allclose(model.forecast_counts(poisoned, 30), before)
+
+
+def test_key_forecast_contract_rejects_negative_and_duplicate_rows() -> None:
+    panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
+    forecast = PanelForecaster(TINY).fit(panel).forecast(panel)
+    bad = forecast.copy()
+    bad.loc[0, "predicted"] = -1.0
+    with pytest.raises(Exception, match="greater_than_or_equal_to"):
+        KeyForecast.validate(bad)
+    with pytest.raises(Exception, match="one_row_per_key_and_step"):
+        KeyForecast.validate(pd.concat([forecast, forecast.iloc[:1]], ignore_index=True))
+
+
+def test_tail_coverage_counts_only_tail_keys_within_tolerance() -> None:
+    volume = np.r_[np.full(19, 1.0), 1000.0]  # the last key is the head (top 5%)
+    actual = np.r_[np.full(19, 4.0), 500.0]
+    predicted = np.r_[np.full(10, 4.0), np.full(9, 9.0), 0.0]  # 10 of 19 tail keys right
+    assert tail_coverage(predicted, actual, volume) == pytest.approx(10 / 19)
+    # within max(1, 50% of actual): 5.9 is within 2 of 4, 6.5 is not
+    assert (
+        tail_coverage(np.array([5.9, 6.5, 0]), np.array([4.0, 4.0, 0]), np.array([1, 1, 9.0]))
+        == 0.5
+    )
+
+
+def _windows(seed: int = 0) -> KeyWindows:
+    rng = np.random.default_rng(seed)
+    times = np.sort(rng.uniform(0, 600, 1500))
+    keys = rng.zipf(1.5, 1500) % 60
+    return KeyWindows.build(times, keys, 60.0)
+
+
+def test_fine_counts_reads_only_before_the_window() -> None:
+    kw = _windows()
+    counts = fine_counts(kw, 4, 6)
+    assert counts.shape == (kw.n_keys, 24)
+    assert counts.sum() == kw.before(4)
+    np.testing.assert_allclose(counts.reshape(kw.n_keys, 4, 6).sum(2).T, kw.counts[:4].toarray())
+
+
+def test_preheat_hotset_picks_the_best_candidate_on_validation_windows() -> None:
+    kw = _windows()
+    candidates = {"last_window": LastWindow, "ewma_frequency": lambda: EwmaFrequency(5)}
+    model = PreheatHotset(5, candidates, val_windows=3).fit(kw, until=7)
+    assert set(model.validation_recall) == {"last_window", "ewma_frequency"}
+    assert model.chosen == max(model.validation_recall, key=model.validation_recall.get)
+    assert model.params["chosen"] == model.chosen
+
+
+def test_attention_scorer_ranks_seen_keys_and_ignores_the_future() -> None:
+    kw = _windows()
+    scorer = AttentionScorer(5, sub=2, config=TINY).fit(kw, until=6)
+    scores = scorer.scores(kw, 7)
+    seen_before = kw.counts[:7].toarray().sum(0) > 0
+    assert (scores[seen_before] > 0).all() and (scores[~seen_before] == 0).all()
+    with pytest.raises(ValueError, match="one window"):
+        AttentionScorer(5, sub=3, config=TINY)
