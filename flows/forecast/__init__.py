@@ -1,0 +1,1 @@
+"""Training the demand forecaster on the lake and registering it in MLflow."""
