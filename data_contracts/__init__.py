@@ -8,7 +8,7 @@ types, or it is rejected with an error that names the column, the check and the 
 
 from __future__ import annotations
 
-from data_contracts.demand import GRANULARITIES, DemandSeries
+from data_contracts.demand import GRANULARITIES, TOTAL_KEY, DemandSeries
 from data_contracts.forecast import KeyForecast
 from data_contracts.quarantine import QuarantineRow
 from data_contracts.request_log import TIMESTAMP_MAX, TIMESTAMP_MIN, RequestLog
@@ -20,6 +20,7 @@ __all__ = [
     "GRANULARITIES",
     "TIMESTAMP_MAX",
     "TIMESTAMP_MIN",
+    "TOTAL_KEY",
     "DemandSeries",
     "KeyForecast",
     "QuarantineRow",

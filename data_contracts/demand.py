@@ -11,6 +11,7 @@ from data_contracts.dtypes import STRING_KW, UTC_KW
 # Bucket widths in seconds. The three feature scales (5 s bursts, 3 min sessions, 1 h tides) come
 # from the features flow; 10 min is what the ServeGen rate trace ships with.
 GRANULARITIES: dict[str, int] = {"5s": 5, "3min": 180, "10min": 600, "1h": 3600}
+TOTAL_KEY = "__total__"  # the key of all of a tenant's traffic
 
 
 class DemandSeries(pa.DataFrameModel):

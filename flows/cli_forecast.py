@@ -107,10 +107,10 @@ def train_forecaster_command(
     quiet_training()
     from flows.forecast.flow import TrainForecasterParams, train_forecaster
 
-    params = TrainForecasterParams(
-        granularity=granularity, top_k=top_k, horizon=horizon, epochs=epochs, seed=seed
-    )
     try:
+        params = TrainForecasterParams(
+            granularity=granularity, top_k=top_k, horizon=horizon, epochs=epochs, seed=seed
+        )
         result = train_forecaster(settings, params)
     except (LookupError, ValueError) as err:
         raise CliError(str(err)) from None

@@ -20,4 +20,5 @@ def configure_runtime_env(settings: Settings) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # stderr stays readable
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

@@ -17,11 +17,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from data_contracts import GRANULARITIES, DemandSeries
+from data_contracts import GRANULARITIES, TOTAL_KEY, DemandSeries
 from data_contracts.dtypes import STRING
 
 FEATURE_GRANULARITIES: tuple[str, ...] = ("5s", "3min", "1h")
-TOTAL_KEY = "__total__"
 
 
 def demand_keys(requests: pd.DataFrame) -> pd.Series:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from pandera.typing import DataFrame
 
-from data_contracts import GRANULARITIES, DemandSeries, KeyForecast
+from data_contracts import GRANULARITIES, TOTAL_KEY, DemandSeries, KeyForecast
 from data_contracts.dtypes import STRING
 from models.forecast.attention import (
     AttentionConfig,
@@ -30,7 +30,6 @@ from models.forecast.attention import (
 from models.forecast.weighting import key_weights
 
 OTHER_KEY = "__other__"
-TOTAL_KEY = "__total__"
 EWMA_GRID = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
 
 

@@ -49,6 +49,46 @@ def test_ingest_and_features_flows(prefect_api: None, small_log: Path, tmp_path:
     assert set(rows) == {"5s", "3min", "1h"} and min(rows.values()) > 0
 
 
+def test_train_forecaster_flow_registers_and_loads_champion(
+    prefect_api: None, small_log: Path, tmp_path: Path
+) -> None:
+    """ingest -> features -> train-forecaster on a real Prefect API and MLflow store."""
+    from flows.features.flow import features_flow
+    from flows.forecast.flow import train_forecaster_flow
+    from flows.ingest.flow import ingest_flow
+    from models.forecast.registry import load_champion
+
+    ingest_flow(paths=[str(small_log)], data_dir=str(tmp_path))
+    features_flow(data_dir=str(tmp_path))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    state = train_forecaster_flow(
+        data_dir=str(tmp_path), mlflow_uri=uri, mlflow_artifacts=str(tmp_path / "artifacts"),
+        top_k=10, horizon=3, epochs=2, return_state=True,
+    )  # fmt: skip
+    assert state.is_completed()
+    result = state.result()
+    assert result["version"] == "1" and result["reason"]
+    if not result["promoted"]:  # gating may reject a first model that loses to a baseline
+        assert "worse than the best per-key baseline" in result["reason"]
+        return
+    champion = load_champion(uri)
+    demand = read_demand(tmp_path / "features", "3min")
+    forecast = champion.predict_per_key(demand)
+    assert len(forecast) == forecast[["tenant", "key"]].drop_duplicates().shape[0] * 3
+
+
+def test_train_forecaster_without_features_fails_clearly(prefect_api: None, tmp_path: Path) -> None:
+    from flows.forecast.flow import train_forecaster_flow
+
+    state = train_forecaster_flow(
+        data_dir=str(tmp_path), mlflow_uri=f"sqlite:///{tmp_path / 'm.db'}",
+        mlflow_artifacts=str(tmp_path / "a"), return_state=True,
+    )  # fmt: skip
+    assert state.is_failed()
+    with pytest.raises(LookupError, match="run `preheat ingest` and `preheat features` first"):
+        state.result()
+
+
 def test_ingest_flow_fails_on_unreadable_file(prefect_api: None, tmp_path: Path) -> None:
     from flows.ingest.flow import ingest_flow
 

@@ -80,3 +80,11 @@ def test_bench_hotset_json(mooncake_like: Path, tmp_path: Path) -> None:
 def test_bench_hotset_too_few_windows_is_one_line(mooncake_like: Path, tmp_path: Path) -> None:
     done = run("bench", "hotset", "--trace", str(mooncake_like), "--window", "100000", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+def test_train_forecaster_without_features_is_one_line(tmp_path: Path) -> None:
+    done = run("train", "forecaster", "--data-dir", str(tmp_path / "d"), cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "run `preheat ingest` and `preheat features` first" in done.stderr
+    bad = run("train", "forecaster", "--granularity", "2min", cwd=tmp_path)
+    assert bad.returncode == 2 and "granularity '2min'" in bad.stderr

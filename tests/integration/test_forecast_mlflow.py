@@ -1,0 +1,156 @@
+"""The forecaster in a real MLflow store: register, gate, load by alias, predict.
+
+The gating sequence runs on steady demand (every key the same count in every bucket) so each
+decision is forced rather than a property of noise: every baseline is exact there, a fitted
+candidate ties them at zero error, and a known-bad candidate (an untrained attention module,
+which survives saving and loading, so the registry holds exactly what was judged) loses to any
+of them. The generated log checks the same path on realistic traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import torch
+
+from data_contracts import DemandSeries, KeyForecast
+from data_contracts.lake import Lake
+from flows.features.demand import TOTAL_KEY, demand_series
+from flows.ingest.pipeline import ingest_file
+from models.forecast.attention import AttentionConfig, ForecastModule
+from models.forecast.gating import promotion_decision
+from models.forecast.panel import OTHER_KEY, PANEL_BASELINES, KeyPanel, PanelForecaster
+from models.forecast.registry import (
+    CHAMPION,
+    MODEL_NAME,
+    load_champion,
+    train_and_register,
+)
+
+pytestmark = pytest.mark.integration
+
+CONFIG = AttentionConfig(epochs=3, context=8, scales=(1, 2, 4), horizon=3)
+START = pd.Timestamp("2024-03-04T00:00:00Z")
+STEADY = {  # tenant -> key -> requests per 3 min bucket; totals include unkeyed requests
+    "acme": {"template:a": 6.0, "template:b": 3.0, "template:c": 1.0, TOTAL_KEY: 12.0},
+    "globex": {"template:x": 4.0, "template:y": 2.0, TOTAL_KEY: 7.0},
+}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[str]:
+    """A fresh sqlite store; the process-wide tracking URI is put back afterwards."""
+    before = mlflow.get_tracking_uri()
+    yield f"sqlite:///{tmp_path}/mlflow.db"
+    mlflow.set_tracking_uri(before)
+
+
+def steady_demand(buckets: int = 40) -> pd.DataFrame:
+    rows = [
+        (tenant, key, "3min", START + t * pd.Timedelta(minutes=3), count)
+        for tenant, keys in STEADY.items()
+        for key, count in keys.items()
+        for t in range(buckets)
+    ]
+    columns = ["tenant", "key", "granularity", "bucket_start", "count"]
+    return DemandSeries.validate(pd.DataFrame(rows, columns=columns), lazy=True)
+
+
+class UntrainedAttention(PanelForecaster):
+    """Fits as usual, then answers with an untrained attention module: a known-bad candidate."""
+
+    def fit(self, panel: KeyPanel, until: int | None = None) -> UntrainedAttention:
+        super().fit(panel, until)
+        torch.manual_seed(1)
+        self.chosen, self.module = "attention", ForecastModule(self.config).eval()
+        return self
+
+
+def _tags(client: mlflow.MlflowClient, result: dict) -> tuple[dict, dict]:
+    run = client.get_run(result["run_id"]).data.tags
+    version = client.get_model_version(MODEL_NAME, result["version"]).tags
+    return run, version
+
+
+def test_gating_promotes_rejects_and_moves_the_alias(store: str, tmp_path: Path) -> None:
+    client = mlflow.MlflowClient(store)
+    demand = steady_demand()
+    register = dict(tracking_uri=store, artifacts_dir=tmp_path / "art", top_k=3, recent=12)
+    with pytest.raises(LookupError, match=f"no {MODEL_NAME}@{CHAMPION} registered"):
+        load_champion(store)
+
+    first = train_and_register(demand, config=CONFIG, client=client, **register)
+    assert (first["version"], first["promoted"]) == ("1", True)
+    assert first["reason"].startswith("promoted: first champion")
+    assert first["eval_mae"]["candidate"] == 0.0 and "champion" not in first["eval_mae"]
+    assert first["tail_coverage"] == 1.0  # steady demand: every tail key exactly right
+    champion = load_champion(store)
+    forecast = champion.predict_per_key(demand)
+    assert champion.version == "1" and len(forecast) == (3 + 2) * CONFIG.horizon
+    allocated = forecast.groupby(["tenant", "key"])["predicted"].unique().to_dict()
+    assert allocated[("acme", "template:a")] == [6.0]
+    assert allocated[("acme", OTHER_KEY)] == [3.0]  # template:c (1) + 2 unkeyed
+    assert forecast["bucket_start"].min() == demand["bucket_start"].max() + pd.Timedelta("3min")
+
+    worse = train_and_register(demand, forecaster=UntrainedAttention(CONFIG), **register)
+    assert (worse["version"], worse["promoted"], worse["chosen"]) == ("2", False, "attention")
+    assert worse["eval_mae"]["champion"] == 0.0 < worse["eval_mae"]["candidate"]
+    assert "not better than the champion" in worse["reason"]
+    for tags in _tags(client, worse):
+        assert tags["promotion"] == "rejected" and tags["promotion_reason"] == worse["reason"]
+    assert str(client.get_model_version_by_alias(MODEL_NAME, CHAMPION).version) == "1"
+
+    # An operator pins the bad version; the next fitted candidate beats it and takes the alias.
+    client.set_registered_model_alias(MODEL_NAME, CHAMPION, worse["version"])
+    better = train_and_register(demand, config=CONFIG, **register)
+    assert (better["version"], better["promoted"]) == ("3", True)
+    # Judged through MLflow, the pinned champion scores what it scored in-process when it was new.
+    assert better["eval_mae"]["champion"] == pytest.approx(worse["eval_mae"]["candidate"])
+    assert better["reason"].startswith("promoted: beats the champion")
+    assert all(tags["promotion"] == "promoted" for tags in _tags(client, better))
+    assert load_champion(store).version == "3"
+
+
+def test_generated_log_is_tracked_registered_and_served(
+    store: str, tmp_path: Path, small_log: Path, lake: Lake
+) -> None:
+    ingest_file(small_log, lake)
+    demand = demand_series(lake.read("requests"), ["3min"])["3min"]
+    client = mlflow.MlflowClient(store)
+
+    result = train_and_register(
+        demand, store, tmp_path / "art", top_k=10, recent=12, config=CONFIG, client=client
+    )
+
+    best = min(result["eval_mae"][m] for m in PANEL_BASELINES)
+    assert (result["promoted"], result["reason"]) == promotion_decision(
+        result["eval_mae"]["candidate"], None, best
+    )
+    run = client.get_run(result["run_id"])
+    assert run.data.params["granularity"] == "3min" and run.data.params["git_commit"]
+    assert run.data.params["chosen"] == result["chosen"]
+    assert {f"eval_mae.{m}" for m in ("candidate", *PANEL_BASELINES)} <= set(run.data.metrics)
+    assert f"validation_mae.{result['chosen']}" in run.data.metrics
+    assert run.data.metrics["tail_coverage"] == pytest.approx(result["tail_coverage"])
+    assert 0.0 <= result["tail_coverage"] <= 1.0
+    artifacts = {a.path for a in client.list_artifacts(result["run_id"])}
+    assert "forecast_vs_actual.png" in artifacts
+    assert all(tags["promotion_reason"] == result["reason"] for tags in _tags(client, result))
+
+    client.set_registered_model_alias(MODEL_NAME, CHAMPION, result["version"])
+    forecast = load_champion(store).predict_per_key(demand)
+    KeyForecast.validate(forecast)
+    assert forecast["tenant"].nunique() == demand["tenant"].nunique()
+    assert len(forecast) == (10 + demand["tenant"].nunique()) * CONFIG.horizon

@@ -1,0 +1,148 @@
+"""Forecaster registry: save/load round trip, the gating metric by hand, the promotion rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from data_contracts import CONTRACT_VERSION, DemandSeries, KeyForecast
+from models.forecast.attention import AttentionConfig, train_module
+from models.forecast.gating import evaluate_on_window, promotion_decision
+from models.forecast.panel import OTHER_KEY, TOTAL_KEY, KeyPanel, PanelForecaster
+from models.forecast.registry import (
+    META_FILE,
+    WEIGHTS_FILE,
+    load_panel_forecaster,
+    save_panel_forecaster,
+)
+
+START = pd.Timestamp("2024-03-04T00:00:00Z")
+WIDTH = pd.Timedelta(minutes=3)
+CONFIG = AttentionConfig(epochs=1, context=4, scales=(1, 2), horizon=2, d_model=8, heads=2)
+
+
+def _demand(rows: list[tuple[str, str, int, float]]) -> pd.DataFrame:
+    """DemandSeries from (tenant, key, bucket index, count) tuples, 3 min buckets."""
+    frame = pd.DataFrame(rows, columns=["tenant", "key", "bucket", "count"])
+    frame.insert(2, "granularity", "3min")
+    frame.insert(3, "bucket_start", START + frame.pop("bucket") * WIDTH)
+    return DemandSeries.validate(frame, lazy=True)
+
+
+def _noisy_demand(buckets: int = 24, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for tenant, rates in (("acme", (8.0, 3.0, 1.0)), ("globex", (5.0, 2.0))):
+        for t in range(buckets):
+            counts = rng.poisson(rates)
+            rows += [(tenant, f"template:k{i}", t, float(c)) for i, c in enumerate(counts) if c]
+            rows.append((tenant, TOTAL_KEY, t, float(counts.sum() + 1)))
+    return _demand(rows)
+
+
+def test_round_trip_of_a_baseline_forecaster_keeps_its_forecasts(tmp_path: Path) -> None:
+    panel = KeyPanel.from_demand(_noisy_demand(), top_k=3, recent=6)
+    fitted = PanelForecaster(CONFIG).fit(panel)
+    fitted.chosen = "ewma"  # whatever won, a baseline must not write weights
+    meta = save_panel_forecaster(fitted, tmp_path / "model", top_k=3, recent=6, granularity="3min")
+
+    loaded, top_k, recent, read = load_panel_forecaster(tmp_path / "model")
+
+    assert (top_k, recent, read) == (3, 6, meta)
+    assert read["contract_version"] == CONTRACT_VERSION
+    assert read["git_commit"] and read["config"]["scales"] == [1, 2]
+    assert not (tmp_path / "model" / WEIGHTS_FILE).exists()
+    assert loaded.config == CONFIG and loaded.alpha == fitted.alpha
+    pd.testing.assert_frame_equal(loaded.forecast(panel), fitted.forecast(panel))
+
+
+def test_round_trip_of_an_attention_forecaster_keeps_its_weights(tmp_path: Path) -> None:
+    panel = KeyPanel.from_demand(_noisy_demand(), top_k=3, recent=6)
+    origins = np.arange(1, panel.counts.shape[1] - CONFIG.horizon + 1)
+    rows = np.repeat(np.arange(len(panel.counts)), len(origins))
+    module = train_module(panel.counts, rows, np.tile(origins, len(panel.counts)), CONFIG)
+    fitted = PanelForecaster(CONFIG, chosen="attention", alpha=0.3, module=module)
+    save_panel_forecaster(fitted, tmp_path / "model", top_k=3, recent=6, granularity="3min")
+
+    loaded, *_ = load_panel_forecaster(tmp_path / "model")
+
+    assert (tmp_path / "model" / WEIGHTS_FILE).exists()
+    assert (tmp_path / "model" / META_FILE).exists()
+    for name, tensor in module.state_dict().items():
+        assert torch.equal(loaded.module.state_dict()[name], tensor), name
+    pd.testing.assert_frame_equal(loaded.forecast(panel), fitted.forecast(panel))
+
+
+def test_an_unfitted_forecaster_is_not_saved(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="fit the panel forecaster before saving"):
+        save_panel_forecaster(PanelForecaster(CONFIG), tmp_path, 3, 6, "3min")
+
+
+# Tenant A has a __total__ (8 and 7 include unkeyed requests); tenant B has none, so its
+# "other" is the sum of its unpredicted keys.
+TINY = [
+    ("A", "k1", 0, 3.0), ("A", "k2", 0, 1.0), ("A", TOTAL_KEY, 0, 5.0),
+    ("A", "k1", 1, 4.0), ("A", "k2", 1, 2.0), ("A", "k3", 1, 1.0), ("A", TOTAL_KEY, 1, 8.0),
+    ("A", "k1", 2, 6.0), ("A", TOTAL_KEY, 2, 7.0),
+    ("A", "k1", 3, 5.0), ("A", "k2", 3, 1.0), ("A", TOTAL_KEY, 3, 9.0),
+    ("B", "x", 0, 2.0), ("B", "y", 0, 1.0), ("B", "x", 1, 1.0),
+    ("B", "x", 2, 3.0), ("B", "y", 2, 2.0), ("B", "y", 3, 4.0),
+]  # fmt: skip
+
+
+def _fixed_allocation(seen: list[pd.Timestamp]):
+    """A predict_fn that always says A/k1 5, A/other 2, B/x 1 (and no B/other row)."""
+
+    def predict_fn(past: pd.DataFrame) -> pd.DataFrame:
+        seen.append(past["bucket_start"].max())
+        last = past["bucket_start"].max()
+        rows = [("A", "k1", 5.0), ("A", OTHER_KEY, 2.0), ("B", "x", 1.0)]
+        frame = pd.DataFrame(
+            [(t, k, "3min", s, last + s * WIDTH, p) for t, k, p in rows for s in (1, 2)],
+            columns=["tenant", "key", "granularity", "step", "bucket_start", "predicted"],
+        )
+        return KeyForecast.validate(frame)
+
+    return predict_fn
+
+
+def test_evaluate_on_window_by_hand() -> None:
+    # Origin t1 -> steps t1, t2; origin t2 -> t2, t3. Per (tenant, step), sum of |pred - actual|:
+    #   A t1: |5-4| + |2-(8-4)| = 3    A t2: |5-6| + |2-(7-6)| = 2    A t3: |5-5| + |2-(9-5)| = 2
+    #   B t1: |1-1| + |0-0| = 0        B t2: |1-3| + |0-2| = 4        B t3: |1-0| + |0-4| = 5
+    # origins t1: 3, 2, 0, 4; t2: 2, 2, 4, 5 -> 22 / 8.
+    seen: list[pd.Timestamp] = []
+    origins = [START + WIDTH, START + 2 * WIDTH]
+
+    mae = evaluate_on_window(_fixed_allocation(seen), _demand(TINY), origins, horizon=2)
+
+    assert mae == pytest.approx(22 / 8)
+    assert seen == [START, START + WIDTH]  # each call saw only the buckets before its origin
+
+
+def test_evaluate_on_window_refuses_a_forecast_shorter_than_the_horizon() -> None:
+    with pytest.raises(ValueError, match="covers 2 steps, not 3"):
+        evaluate_on_window(_fixed_allocation([]), _demand(TINY), [START + WIDTH], horizon=3)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "champion", "baseline", "promoted", "reason"),
+    [
+        (1.0, None, 1.0, True, "promoted: first champion"),
+        (1.1, None, 1.0, False, "rejected: worse than the best per-key baseline"),
+        (0.9, 1.0, 0.9, True, "promoted: beats the champion"),
+        (1.0, 1.0, 1.2, False, "rejected: not better than the champion (candidate 1.0000"),
+        (1.3, 1.0, 1.2, False, "not better than the champion; worse than the best per-key"),
+    ],
+)
+def test_promotion_decision(
+    candidate: float, champion: float | None, baseline: float, promoted: bool, reason: str
+) -> None:
+    decided, why = promotion_decision(candidate, champion, baseline)
+
+    assert decided is promoted
+    assert reason in why and "\n" not in why
