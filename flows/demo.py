@@ -100,6 +100,35 @@ def _summary_tables(lake: Lake, settings: Settings, console: Console) -> dict:
     }
 
 
+def _forecast_stage(settings: Settings) -> dict:
+    """Train and gate the per-key forecaster, then ask the champion for the next buckets."""
+    from data_contracts.derived import read_demand
+    from flows.forecast.flow import train_forecaster_flow
+    from models.forecast.registry import load_champion
+
+    settings.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
+    result = train_forecaster_flow(
+        data_dir=str(settings.data_dir), mlflow_uri=settings.mlflow_uri,
+        mlflow_artifacts=str(settings.mlflow_artifacts), top_k=20, horizon=6, epochs=3,
+    )  # fmt: skip
+    demand = read_demand(settings.data_dir / "features", "3min")
+    hottest = []
+    try:
+        forecast = load_champion(settings.mlflow_uri).predict_per_key(demand)
+    except LookupError:  # gating rejected the first model: nothing is deployed yet
+        forecast = None
+    if forecast is not None:
+        named = forecast[~forecast["key"].str.startswith("__")]
+        top = named.groupby(["tenant", "key"], observed=True)["predicted"].sum().nlargest(3)
+        hottest = [
+            {"tenant": str(t), "key": str(k), "next_30_min": round(float(v), 1)}
+            for (t, k), v in top.items()
+        ]
+    return {
+        key: result[key] for key in ("version", "promoted", "reason", "chosen", "tail_coverage")
+    } | {"eval_mae": result["eval_mae"], "predicted_hottest": hottest}
+
+
 def run_demo(settings: Settings, log: Path | None, days: float, console: Console) -> dict:
     """Run every stage; returns (and writes to <data_dir>/reports/demo_summary.json) a summary."""
     from flows.demo_cache import run_cache_stage
@@ -127,6 +156,12 @@ def run_demo(settings: Settings, log: Path | None, days: float, console: Console
         with console.status("flow features: demand series at 5 s, 3 min, 1 h"):
             feature_rows = features_flow(data_dir=str(settings.data_dir))
         console.print(f"features: {feature_rows}")
+        with console.status("flow train-forecaster: attention vs baselines, MLflow champion"):
+            forecast = _forecast_stage(settings)
+        console.print(
+            f"train-forecaster: v{forecast['version']} chose {forecast['chosen']}, "
+            f"{forecast['reason']}"
+        )
         with console.status("cache: KV pages of the top templates, tiny GPT-2, three tiers"):
             prompts = lake.read("requests", columns=["tenant", "template_id", "prompt"])
             cache = run_cache_stage(prompts, settings.data_dir / "cache", redis_url, console)
@@ -135,6 +170,7 @@ def run_demo(settings: Settings, log: Path | None, days: float, console: Console
         ingested={k: ingested[k] for k in ("read", "accepted", "quarantined")},
         streamed=streamed,
         cache=cache,
+        forecast=forecast,
         wall_seconds=round(time.perf_counter() - started, 1),
     )
     report = settings.data_dir / "reports" / "demo_summary.json"

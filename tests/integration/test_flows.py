@@ -118,7 +118,11 @@ def test_demo_runs_the_whole_pipeline(prefect_api: None, tmp_path: Path) -> None
 
     from flows.demo import run_demo
 
-    settings = load_settings(data_dir=tmp_path / "data")
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        mlflow_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        mlflow_artifacts=tmp_path / "mlruns",
+    )
     summary = run_demo(settings, log=None, days=0.25, console=Console(stderr=True, quiet=True))
     assert summary["ingested"]["quarantined"] == 0
     assert summary["streamed"]["written"] > 0
@@ -128,5 +132,8 @@ def test_demo_runs_the_whole_pipeline(prefect_api: None, tmp_path: Path) -> None
     cache = summary["cache"]
     assert cache["kv_pages_stored"] > 0 and cache["prefix_tokens_reused"] > 0
     assert cache["max_logit_difference_vs_full_prefill"] < 1e-4  # reused pages change nothing
+    forecast = summary["forecast"]
+    assert forecast["version"] == "1" and forecast["chosen"] and forecast["reason"]
+    assert forecast["promoted"] == bool(forecast["predicted_hottest"])
     written = orjson.loads((tmp_path / "data" / "reports" / "demo_summary.json").read_bytes())
     assert written["requests"] == summary["requests"]
