@@ -74,6 +74,10 @@ class HybridCache:
 
     def get(self, key: CacheKey | str) -> bytes | None:
         """The value from the fastest tier holding it, promoted into the tiers above; or None."""
+        return self.get_with_tier(key)[0]
+
+    def get_with_tier(self, key: CacheKey | str) -> tuple[bytes | None, str | None]:
+        """`get`, also naming the tier that answered (None on a miss): what a load cost."""
         text = key if isinstance(key, str) else key.to_string()
         kind = key_kind(text)
         started = time.monotonic_ns()
@@ -90,8 +94,8 @@ class HybridCache:
                         renew if renew is not None else self._call(tier, "ttl", tier.ttl_left, text)
                     )
                     self._promote(text, value, ttl, self.tiers[:depth], since_ns=started)
-                return value
-        return None
+                return value, tier.name
+        return None, None
 
     def _promote(
         self, key: str, value: bytes, ttl: float | None, uppers: Sequence[Tier], since_ns: int

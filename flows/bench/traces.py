@@ -18,6 +18,7 @@ import orjson
 
 ORACLE_DTYPE = np.dtype([("time", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
 TRACE_FORMATS = ("mooncake", "lirs", "cache2k", "oracle")
+MOONCAKE_BLOCK_TOKENS = 512
 
 
 class TraceError(ValueError):
@@ -30,6 +31,7 @@ class AccessTrace:
     accesses: np.ndarray  # (N,) int64 object ids, in access order
     request_starts: np.ndarray  # (R,) int64 index of each request's first access
     times: np.ndarray | None = None  # (N,) float64 seconds of each access, where the trace has them
+    tokens: np.ndarray | None = None  # (N,) int64 prompt tokens in each block, where known
 
     @property
     def unique(self) -> int:
@@ -45,6 +47,7 @@ class AccessTrace:
             self.accesses[first:],
             self.request_starts[-count:] - first,
             None if self.times is None else self.times[first:],
+            None if self.tokens is None else self.tokens[first:],
         )
 
 
@@ -118,6 +121,7 @@ def _mooncake(path: Path, data: bytes) -> AccessTrace:
     blocks: list[int] = []
     starts: list[int] = []
     seconds: list[float] = []
+    tokens: list[int] = []
     for number, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
@@ -130,6 +134,7 @@ def _mooncake(path: Path, data: bytes) -> AccessTrace:
             starts.append(len(blocks))
             blocks.extend(ids)
             seconds.extend([stamp_ms / 1000.0] * len(ids))
+            tokens.extend(_block_tokens(len(ids), record.get("input_length")))
     if not blocks:
         raise TraceError(f"{path}: no blocks")
     return AccessTrace(
@@ -137,7 +142,17 @@ def _mooncake(path: Path, data: bytes) -> AccessTrace:
         np.array(blocks, dtype=np.int64),
         np.array(starts, dtype=np.int64),
         np.array(seconds, dtype=np.float64),
+        np.array(tokens, dtype=np.int64),
     )
+
+
+def _block_tokens(blocks: int, input_length: object) -> list[int]:
+    """Tokens in each of a request's blocks: full blocks of 512, the rest in the last one."""
+    full = [MOONCAKE_BLOCK_TOKENS] * blocks
+    if isinstance(input_length, int) and not isinstance(input_length, bool) and input_length > 0:
+        rest = input_length - MOONCAKE_BLOCK_TOKENS * (blocks - 1)
+        full[-1] = int(min(max(rest, 1), MOONCAKE_BLOCK_TOKENS))
+    return full
 
 
 def write_oracle(trace: AccessTrace, path: Path) -> None:

@@ -1,0 +1,437 @@
+"""Warm-up backends: one call that makes a prefix cheap to serve later, for an LLM here or remote.
+
+- `HFBackend` runs a Hugging Face causal LM in this process. Warming a prompt prefills it once
+  and stores the KV of its full 16-token pages in a `HybridCache` (`cache_runtime.kv_pages`), so
+  a later request only prefills what follows the cached pages. Pages already cached are neither
+  recomputed nor rewritten: a second warm of the same prompt costs a few cache lookups.
+- `OpenAICompatibleBackend` warms a remote vLLM / SGLang server's own prefix cache by sending it
+  the prefix with `max_tokens=1`: the KV stays on the server's GPU, where the request that
+  follows will look for it. Nothing is stored locally unless a response is asked for.
+
+Pages are keyed by a `model_id` that fingerprints the weights and config (`model_fingerprint`),
+not by a path or a registry version: the same weights loaded from a directory or from the
+registry share pages, and different weights never do, whatever they are called.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import httpx
+
+from cache_runtime.keys import ExactKey
+from cache_runtime.kv_pages import PAGE_TOKENS, encode_page, load_prefix, page_keys
+from cache_runtime.policies import Hint
+
+if TYPE_CHECKING:
+    from cache_runtime.hybrid import HybridCache
+
+DEFAULT_RESPONSE_TOKENS = 16
+
+
+class BackendError(RuntimeError):
+    """A warm-up call that failed for a reason worth retrying (HTTP error, timeout, refused
+    connection); its message is one line, fit for a log and a retry counter."""
+
+
+@dataclass(frozen=True)
+class WarmResult:
+    """What one warm-up did.
+
+    Attributes:
+        backend: the backend's name ("hf", "openai").
+        tokens: prompt tokens, as the model tokenised them.
+        pages_stored: KV pages newly written to the local cache (0 for a remote server).
+        cached_tokens: prompt tokens whose KV was already cached before this call (read from
+            the local cache, or reported by the server) — a warm of a warm prompt shows it.
+        seconds: wall time of the call.
+        response: the generated text when a response was asked for, else None.
+        device: where the model ran ("cpu", "cuda"), or the server's URL.
+    """
+
+    backend: str
+    tokens: int
+    pages_stored: int
+    cached_tokens: int
+    seconds: float
+    response: str | None
+    device: str
+
+
+@runtime_checkable
+class WarmupBackend(Protocol):
+    """What the warm-up executor calls; one instance per model, shared between its workers."""
+
+    name: str
+
+    def warm_prefix(
+        self, tenant: str, prompt: str, cache: HybridCache | None, store_response: bool = False
+    ) -> WarmResult: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Completion:
+    """A served completion (the OpenAI server's unit of work)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    pages_stored: int
+    finish_reason: str  # "stop" (end of sequence) or "length"
+
+
+@dataclass
+class _Prefill:
+    cached_tokens: int  # tokens whose KV came from the cache
+    pages_stored: int
+    kv: Any  # DynamicCache over all tokens; None when nothing had to be computed
+    logits: Any  # (1, vocab) next-token logits; None when nothing had to be computed
+
+
+def model_fingerprint(directory: Path) -> str:
+    """`<model_type>-<16 hex>`: BLAKE2b of the config (less the fields that only record where
+    and with which library it was saved) and of every weight file's bytes.
+
+    Reading the weights costs about what loading them does (and they are in the page cache
+    right after). Rejected: a path or name (two fine-tunes saved to the same place would share
+    pages) and a registry version (the same weights registered twice would not).
+    """
+    config = json.loads((directory / "config.json").read_text())
+    for field in ("transformers_version", "_name_or_path"):
+        config.pop(field, None)
+    digest = hashlib.blake2b(json.dumps(config, sort_keys=True).encode(), digest_size=8)
+    for weights in sorted([*directory.glob("*.safetensors"), *directory.glob("*.bin")]):
+        with weights.open("rb") as stream:
+            while chunk := stream.read(1 << 22):
+                digest.update(chunk)
+    return f"{config.get('model_type', 'model')}-{digest.hexdigest()}"
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _to_device(kv: Any, device: str) -> Any:
+    """`load_prefix` assembles pages on the CPU; the model may live on a GPU."""
+    if device != "cpu":
+        for layer in kv.layers:
+            layer.keys, layer.values = layer.keys.to(device), layer.values.to(device)
+            layer.device = layer.keys.device
+    return kv
+
+
+def _store_new_pages(cache: HybridCache, keys: Sequence[Any], kv: Any, first: int) -> int:
+    """Pages `first..` of a prompt, each with its parent: `store_prefix` from page `first` on
+    (it always starts at page 0, and rewriting cached pages would cost a copy per page)."""
+    stored = 0
+    for index in range(first, len(keys)):
+        start, end = index * PAGE_TOKENS, (index + 1) * PAGE_TOKENS
+        # (1, heads, seq, head_dim) -> (1, heads, PAGE_TOKENS, head_dim) per layer
+        layers = [(lay.keys[:, :, start:end], lay.values[:, :, start:end]) for lay in kv.layers]
+        parent = keys[index - 1] if index else None
+        hint = Hint.TAIL if index == len(keys) - 1 else None
+        if not cache.put(keys[index], encode_page(layers), parent=parent, hint=hint):
+            break  # a later page without this one would be unusable
+        stored += 1
+    return stored
+
+
+class HFBackend:
+    """A Hugging Face causal LM in this process, warming KV pages into a `HybridCache`.
+
+    The executor's threads may share one backend: model calls are serialised by a lock (one
+    model on one device gains nothing from interleaved prefills, and a DynamicCache is not
+    safe to share).
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        model_id: str,
+        device: str | None = None,
+        response_tokens: int = DEFAULT_RESPONSE_TOKENS,
+        source: str = "",
+    ) -> None:
+        self.device = device or _default_device()
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.response_tokens = response_tokens
+        self.source = source  # where the weights came from, for logs
+        self.context_tokens = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        eos = model.generation_config.eos_token_id
+        self._eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        self._lock = threading.Lock()
+        self._cleanup: Any = None  # a TemporaryDirectory the weights were fetched into
+
+    @classmethod
+    def from_path(
+        cls, path: str | Path, device: str | None = None, model_id: str | None = None
+    ) -> HFBackend:
+        """Load a directory written by `save_pretrained` (model and tokenizer); never the hub."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        directory = Path(path)
+        if not (directory / "config.json").is_file():
+            raise FileNotFoundError(f"{directory}: no config.json (not a saved model directory)")
+        model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        model_id = model_id or model_fingerprint(directory)
+        return cls(model, tokenizer, model_id, device, source=str(directory))
+
+    @classmethod
+    def from_registry(
+        cls,
+        tracking_uri: str,
+        name: str = "preheat-llm",
+        alias: str = "champion",
+        device: str | None = None,
+    ) -> HFBackend:
+        """Load `models:/<name>@<alias>` from MLflow (see `models.llm.registry`)."""
+        import tempfile
+
+        from models.llm.registry import fetch_llm
+
+        scratch = tempfile.TemporaryDirectory(prefix="preheat-llm-")
+        try:
+            directory, version = fetch_llm(tracking_uri, Path(scratch.name), name, alias)
+            backend = cls.from_path(directory, device)
+        except BaseException:
+            scratch.cleanup()
+            raise
+        backend.source = f"models:/{name}@{alias} (version {version})"
+        backend._cleanup = scratch  # the weights may be memory-mapped from it until close()
+        return backend
+
+    def encode(self, prompt: str) -> list[int]:
+        # No special tokens: a prefix must tokenise as the start of every prompt that extends it.
+        return list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+    def warm_prefix(
+        self, tenant: str, prompt: str, cache: HybridCache | None, store_response: bool = False
+    ) -> WarmResult:
+        """Prefill `prompt` and store its new full KV pages; with `store_response`, also
+        generate a short greedy response and store it (UTF-8 text) under the prompt's
+        `ExactKey`. A prompt longer than the context is cut to the context (its head: the
+        prefix is what is shared)."""
+        started = time.perf_counter()
+        room = self.response_tokens if store_response else 0
+        tokens = self.encode(prompt)[: self.context_tokens - room]
+        if not tokens:
+            raise ValueError("cannot warm an empty prompt")
+        with self._lock:
+            prefill = self._prefill(tenant, tokens, cache, need_logits=store_response)
+            response = None
+            if store_response:
+                ids, _ = self._generate(prefill, self.response_tokens, 0.0, None)
+                response = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if response is not None and cache is not None:
+            cache.put(ExactKey.of(tenant, self.model_id, prompt), response.encode())
+        return WarmResult(
+            self.name, len(tokens), prefill.pages_stored, prefill.cached_tokens,
+            time.perf_counter() - started, response, self.device,
+        )  # fmt: skip
+
+    def complete(
+        self,
+        prompt: str,
+        max_tokens: int,
+        temperature: float = 0.0,
+        cache: HybridCache | None = None,
+        tenant: str = "default",
+        seed: int | None = None,
+    ) -> Completion:
+        """Serve one completion, reusing and filling `cache`'s KV pages for its prompt.
+
+        Raises:
+            ValueError: empty prompt, or prompt plus `max_tokens` beyond the context.
+        """
+        tokens = self.encode(prompt)
+        if not tokens or len(tokens) + max_tokens > self.context_tokens:
+            raise ValueError(
+                f"prompt of {len(tokens)} tokens plus max_tokens {max_tokens} does not fit the "
+                f"context of {self.context_tokens} tokens (and a prompt must not be empty)"
+            )
+        with self._lock:
+            prefill = self._prefill(tenant, tokens, cache, need_logits=True)
+            ids, finish = self._generate(prefill, max_tokens, temperature, seed)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(
+            text, len(tokens), len(ids), prefill.cached_tokens, prefill.pages_stored, finish
+        )
+
+    def _prefill(
+        self, tenant: str, tokens: list[int], cache: HybridCache | None, need_logits: bool
+    ) -> _Prefill:
+        """Prefill what the cache does not hold; store the new full pages.
+
+        The KV restored covers at most `tokens[:-1]`: next-token logits need at least one
+        token computed (as in vLLM, a fully cached prompt still recomputes its last page).
+        """
+        import torch
+
+        keys = page_keys(tenant, self.model_id, tokens)
+        present = cache.longest_prefix(keys) if cache is not None else 0
+        if present == len(keys) and not need_logits:
+            return _Prefill(present * PAGE_TOKENS, 0, None, None)  # nothing new
+        kv, reused = None, 0
+        if present and cache is not None:
+            kv, reused = load_prefix(cache, tenant, self.model_id, tokens[:-1], self.model.config)
+        if kv is not None:
+            kv = _to_device(kv, self.device)
+        ids = torch.tensor([tokens[reused:]], device=self.device)
+        with torch.inference_mode():
+            out = self.model(ids, cache=kv, use_cache=True, logits_to_keep=1)
+        stored = 0
+        if cache is not None:
+            # `present` may exceed what was loaded (the last page, see above): not rewritten.
+            first = max(present, reused // PAGE_TOKENS)
+            stored = _store_new_pages(cache, keys, out.cache, first)
+        return _Prefill(reused, stored, out.cache, out.logits[:, -1])
+
+    def _generate(
+        self, prefill: _Prefill, max_tokens: int, temperature: float, seed: int | None
+    ) -> tuple[list[int], str]:
+        """Greedy (temperature 0) or sampled decoding from a prefill, one token per step.
+
+        A plain loop rather than `model.generate`: the prefill's cache and logits are reused
+        as they are, and there is no generation config to reconcile.
+        """
+        import torch
+
+        generator = None
+        if temperature > 0:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(seed if seed is not None else int(time.time_ns()))
+        logits, kv, ids = prefill.logits, prefill.kv, []
+        with torch.inference_mode():
+            for step in range(max_tokens):
+                if temperature > 0:
+                    probs = torch.softmax(logits.float() / temperature, dim=-1)
+                    token = int(torch.multinomial(probs, 1, generator=generator))
+                else:
+                    token = int(logits.argmax(dim=-1))
+                ids.append(token)
+                if token in self._eos:
+                    return ids, "stop"
+                if step + 1 < max_tokens:
+                    step_ids = torch.tensor([[token]], device=self.device)
+                    logits = self.model(step_ids, cache=kv, use_cache=True).logits[:, -1]
+        return ids, "length"
+
+    def close(self) -> None:
+        if self._cleanup is not None:
+            self._cleanup.cleanup()
+            self._cleanup = None
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    return re.sub(r"\s+", " ", text).strip()[:limit]
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The OpenAI-shaped `error.message` when there is one, else the body's start."""
+    try:
+        error = response.json().get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+    except ValueError:
+        pass
+    return response.text or response.reason_phrase
+
+
+class OpenAICompatibleBackend:
+    """Warms a remote OpenAI-compatible server (vLLM, SGLang) by sending it the prefix.
+
+    With automatic prefix caching on, the server keeps the prompt's KV blocks after the request,
+    so the real request that follows skips their prefill. `max_tokens=1` and `temperature=0`
+    make the warm-up as cheap as a prefill can be. One persistent HTTP client (keep-alive).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        response_tokens: int = DEFAULT_RESPONSE_TOKENS,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """`base_url`: the server root, e.g. `http://gpu-0:8000` (a trailing `/v1` is fine)."""
+        root = base_url.rstrip("/").removesuffix("/v1")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url, self.model, self.response_tokens = root, model, response_tokens
+        self._client = httpx.Client(
+            base_url=root, headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    def warm_prefix(
+        self, tenant: str, prompt: str, cache: HybridCache | None, store_response: bool = False
+    ) -> WarmResult:
+        """One completion request; with `store_response` (and a cache), its text is stored
+        under the prompt's `ExactKey` for the served model name.
+
+        Raises:
+            BackendError: HTTP error status, timeout, connection failure or a malformed reply.
+        """
+        started = time.perf_counter()
+        max_tokens = self.response_tokens if store_response else 1
+        body = {
+            "model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "user": tenant,
+        }  # fmt: skip
+        payload = self._post("/v1/completions", body)
+        try:
+            text = str(payload["choices"][0]["text"])
+            usage = payload.get("usage") or {}
+            tokens = int(usage.get("prompt_tokens", 0))
+            cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+            reason = f"malformed completion reply ({error!r})"
+            raise BackendError(f"{self.base_url}: {reason}") from error
+        response = text if store_response else None
+        if response is not None and cache is not None:
+            cache.put(ExactKey.of(tenant, self.model, prompt), response.encode())
+        seconds = time.perf_counter() - started
+        return WarmResult(self.name, tokens, 0, cached, seconds, response, self.base_url)
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.base_url}{path}"
+        try:
+            response = self._client.post(path, json=body)
+        except httpx.TimeoutException as error:
+            raise BackendError(f"POST {url}: timed out ({type(error).__name__})") from error
+        except httpx.HTTPError as error:
+            reason = _one_line(str(error)) or type(error).__name__
+            raise BackendError(f"POST {url}: {reason}") from error
+        if response.status_code >= 400:
+            reason = _one_line(_error_message(response))
+            raise BackendError(f"POST {url}: HTTP {response.status_code}: {reason}")
+        try:
+            payload = response.json()
+        except ValueError as error:
+            raise BackendError(f"POST {url}: reply is not JSON") from error
+        if not isinstance(payload, dict):
+            raise BackendError(f"POST {url}: reply is not a JSON object")
+        return payload
+
+    def close(self) -> None:
+        self._client.close()
