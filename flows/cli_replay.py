@@ -1,0 +1,87 @@
+"""`preheat replay`: the A/B replay of a trace against the hybrid cache (issue 7, item 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from flows.cli_common import CliError, ConfigOption, settings_from, stderr, write_json
+
+if TYPE_CHECKING:
+    from flows.bench.traces import AccessTrace
+    from flows.replay.engine import ReplayConfig
+
+
+def replay_command(
+    trace: Annotated[Path, typer.Option(help="Trace file.")],
+    warmup: Annotated[str, typer.Option(help="on|off: warm-up engine in the replay.")],
+    memory: Annotated[float, typer.Option(help="Memory tier, fraction of unique blocks.")],
+    ssd: Annotated[float, typer.Option(help="SSD tier, fraction of unique blocks.")],
+    format_name: Annotated[str, typer.Option("--format", help="mooncake")] = "mooncake",
+    redis: Annotated[
+        float, typer.Option(help="Shared Redis tier, fraction of unique blocks (0: none).")
+    ] = 0.0,
+    restart_every: Annotated[
+        float | None, typer.Option("--restart-every", help="Restart the node every N seconds.")
+    ] = None,
+    window: Annotated[float, typer.Option(help="Seconds after a restart that are scored.")] = 120.0,
+    latency: Annotated[
+        str, typer.Option(help="measured (this machine, the configured model) | reference")
+    ] = "measured",
+    model: Annotated[
+        Path | None, typer.Option(help="Local checkpoint whose prefill is measured.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Accepted; output is JSON.")] = True,
+    config: ConfigOption = None,
+) -> None:
+    """Replay in trace time with restarts; warm-up on or off; the restore reference beside it."""
+    settings = settings_from(config, None)
+    from cache_runtime.services import RedisHandle
+    from flows.bench.traces import TraceError, load_trace
+    from flows.replay.engine import ReplayConfig
+
+    if warmup not in ("on", "off"):
+        raise CliError(f"--warmup {warmup!r}: choose on or off")
+    if latency not in ("measured", "reference"):
+        raise CliError(f"--latency {latency!r}: choose measured or reference")
+    if model is not None and not model.is_dir():
+        raise CliError(f"--model {model}: no such checkpoint directory")
+    try:
+        replay_config = ReplayConfig(
+            memory=memory, ssd=ssd, redis=redis, restart_every_s=restart_every,
+            window_s=window, warmup=warmup == "on",
+        )  # fmt: skip
+        loaded = load_trace(trace, format_name)
+    except (ValueError, TraceError) as err:
+        raise CliError(str(err)) from None
+    if loaded.times is None:
+        raise CliError(f"{trace}: {format_name} traces carry no timestamps; replay needs them")
+    if redis > 0:  # the configured Redis, else an embedded one for this replay
+        with RedisHandle(settings.redis_url) as redis_url:
+            result = _replay(loaded, replay_config, latency, model, redis_url)
+    else:
+        result = _replay(loaded, replay_config, latency, model, None)
+    write_json(result)
+
+
+def _replay(
+    loaded: AccessTrace, config: ReplayConfig, latency: str, model: Path | None,
+    redis_url: str | None,
+) -> dict[str, Any]:  # fmt: skip
+    import redis
+
+    from flows.replay.engine import run_replay
+    from flows.replay.latency import REFERENCE, measure_latency
+
+    if latency == "measured":
+        client = None if redis_url is None else redis.Redis.from_url(redis_url)
+        with stderr.status("measuring prefill and tier loads"):
+            latency_model = measure_latency(client, model)
+        if client is not None:
+            client.close()
+    else:
+        latency_model = REFERENCE
+    with stderr.status(f"replaying {len(loaded.request_starts)} requests, twice"):
+        return run_replay(loaded, config, latency_model, redis_url)

@@ -1,0 +1,135 @@
+"""The A/B replay: exact latency on tiny traces, restarts, rehydration from the past only, Redis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from helpers import run_cli
+
+from flows.bench.traces import AccessTrace
+from flows.replay.engine import PreparedTrace, ReplayConfig, replay_arm, run_replay
+from flows.replay.latency import ReplayLatency
+
+pytestmark = pytest.mark.integration
+
+LATENCY = ReplayLatency(
+    prefill_ms_per_token=0.1, load_ms_per_block={"memory": 1.0, "ssd": 2.0, "redis": 3.0},
+    base_ms=10.0, source="test",
+)  # fmt: skip
+
+
+def _trace(requests: list[tuple[float, list[int]]], tokens: int = 512) -> AccessTrace:
+    """A trace from (time s, block ids) requests; every block holds `tokens` tokens."""
+    blocks = [b for _, ids in requests for b in ids]
+    starts = np.cumsum([0] + [len(ids) for _, ids in requests[:-1]])
+    times = [t for t, ids in requests for _ in ids]
+    return AccessTrace(
+        "test", np.array(blocks), starts.astype(np.int64), np.array(times, dtype=float),
+        np.full(len(blocks), tokens),
+    )  # fmt: skip
+
+
+def _arm(trace: AccessTrace, **config: object) -> object:
+    settings = {"memory": 1.0, "ssd": 1.0, **config}
+    return replay_arm(PreparedTrace.build(trace), ReplayConfig(**settings), LATENCY)
+
+
+def test_ttft_prices_prefix_hits_and_prefill_exactly() -> None:
+    # request 2 shares blocks 1, 2 with request 1, then diverges: 2 hits, 1 prefill
+    trace = _trace([(0.0, [1, 2, 3]), (1.0, [1, 2, 4]), (2.0, [5, 2])])
+    result = _arm(trace, memory=1.0, ssd=0.0)
+    assert result.ttft_ms.tolist() == [10 + 3 * 51.2, 10 + 2 * 1.0 + 51.2, 10 + 2 * 51.2]
+    assert result.hit_blocks.tolist() == [0, 2, 0]  # block 2 of request 3 follows a miss
+
+
+def test_restart_empties_local_tiers_and_restore_reference_does_not() -> None:
+    trace = _trace([(float(t), [1, 2, 3]) for t in range(0, 100, 5)])
+    restarted = _arm(trace, restart_every_s=50.0)
+    assert restarted.restarts == [50.0]
+    first_after = int(np.searchsorted(np.arange(0, 100, 5), 50))
+    assert restarted.hit_blocks[first_after] == 0  # cold after the restart
+    summary = run_replay(
+        trace, ReplayConfig(memory=1.0, ssd=1.0, restart_every_s=50.0, window_s=20), LATENCY
+    )
+    assert summary["after_restart"]["requests"] == 4
+    assert summary["restore_reference"]["after_restart"]["hit_ratio"] == 1.0
+    assert summary["after_restart"]["hit_ratio"] == pytest.approx(9 / 12)
+    assert summary["warmup"] == {"items": 0, "precision": 0.0, "cost_s": 0.0}
+
+
+def test_warmup_rehydrates_from_the_past_and_matches_the_reference() -> None:
+    trace = _trace([(float(t), [1, 2, 3]) for t in range(0, 100, 5)])
+    config = ReplayConfig(  # the restart at 52 s is 3 s before the next request
+        memory=1.0, ssd=1.0, restart_every_s=52.0, window_s=20, warmup=True, half_life_s=30
+    )
+    summary = run_replay(trace, config, LATENCY)
+    # three blocks recomputed in 3 x 51.2 ms, long before the next request 5 s later
+    assert summary["after_restart"]["hit_ratio"] == 1.0
+    reference = summary["restore_reference"]["after_restart"]
+    assert summary["after_restart"]["hit_ratio"] == reference["hit_ratio"]
+    # warmed into the SSD: the first request loads 3 blocks at 2 ms instead of 1 ms, then memory
+    assert summary["after_restart"]["ttft_ms"]["mean"] == pytest.approx(
+        reference["ttft_ms"]["mean"] + 3 / 4
+    )
+    assert summary["warmup"]["items"] == 3 and summary["warmup"]["precision"] == 1.0
+    assert summary["warmup"]["cost_s"] == pytest.approx(3 * 0.0512, abs=1e-3)  # rounded
+
+
+def test_warmup_never_warms_a_block_it_has_not_seen() -> None:
+    """A block first requested after the restart cannot be in the manifest: no look-ahead."""
+    early = [(float(t), [1, 2]) for t in range(0, 50, 5)]
+    late = [(float(t), [7, 8, 9]) for t in range(50, 100, 5)]
+    result = _arm(_trace(early + late), restart_every_s=50.0, warmup=True, half_life_s=30)
+    assert result.warm["items"] == 2  # blocks 1 and 2 only
+    assert result.hit_blocks[10] == 0  # the first request of 7, 8, 9 is cold
+
+
+def test_warmup_work_takes_time_so_early_requests_still_miss() -> None:
+    blocks = list(range(1, 41))  # 40 blocks: rehydration takes 40 x 51.2 ms ~ 2 s
+    trace = _trace([(0.0, blocks), (10.0, blocks), (50.1, blocks), (60.0, blocks)])
+    result = _arm(trace, restart_every_s=50.0, warmup=True, half_life_s=30, memory=1.0, ssd=1.0)
+    assert result.hit_blocks[2] < 40  # 0.1 s after the restart only one block is warm
+    assert result.hit_blocks[3] == 40  # 10 s later everything is
+
+
+def test_shared_redis_survives_restarts(redis_url: str) -> None:
+    trace = _trace([(float(t), [1, 2, 3]) for t in range(0, 100, 5)])
+    config = ReplayConfig(memory=1.0, ssd=1.0, redis=1.0, restart_every_s=50.0, window_s=20)
+    summary = run_replay(trace, config, LATENCY, redis_url)
+    assert summary["after_restart"]["hit_ratio"] == 1.0  # the first request loads from Redis
+    assert summary["hit_ratio"]["redis"] > 0
+
+
+def test_bad_config_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="--memory must be a fraction"):
+        ReplayConfig(memory=1.5, ssd=0.1)
+    with pytest.raises(ValueError, match="--restart-every must be positive"):
+        ReplayConfig(memory=0.1, ssd=0.1, restart_every_s=0)
+
+
+def test_replay_cli_json_and_errors(mooncake_like: Path, tmp_path: Path) -> None:
+    done = run_cli(
+        "replay", "--trace", str(mooncake_like), "--format", "mooncake", "--memory", "0.05",
+        "--ssd", "0.2", "--restart-every", "100", "--window", "30", "--warmup", "on",
+        "--latency", "reference", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = orjson.loads(done.stdout)
+    assert {"requests", "hit_ratio", "ttft_ms", "after_restart", "warmup", "restore_reference",
+            "latency_model"} <= result.keys()  # fmt: skip
+    assert set(result["hit_ratio"]) == {"memory", "ssd", "redis", "total"}
+    assert result["requests"] == 1200 and result["restarts"] == 2
+    assert result["latency_model"]["source"].startswith("reference")
+    bad = run_cli(
+        "replay", "--trace", str(mooncake_like), "--memory", "2", "--ssd", "0.1",
+        "--warmup", "on", cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    wrong = run_cli(
+        "replay", "--trace", str(mooncake_like), "--memory", "0.1", "--ssd", "0.1",
+        "--warmup", "maybe", cwd=tmp_path,
+    )  # fmt: skip
+    assert wrong.returncode == 2 and "choose on or off" in wrong.stderr
