@@ -14,6 +14,7 @@ from data_contracts.quarantine import QuarantineRow
 from data_contracts.request_log import TIMESTAMP_MAX, TIMESTAMP_MIN, RequestLog
 from data_contracts.validation import RowFailure, failures_by_row, validate
 from data_contracts.version import CONTRACT_VERSION
+from data_contracts.warmup import WarmupCandidate, WarmupPlan
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -26,6 +27,8 @@ __all__ = [
     "QuarantineRow",
     "RequestLog",
     "RowFailure",
+    "WarmupCandidate",
+    "WarmupPlan",
     "failures_by_row",
     "validate",
 ]

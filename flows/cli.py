@@ -26,6 +26,8 @@ from flows.cli_common import (
 )
 from flows.cli_common import settings_from as _settings
 from flows.cli_forecast import bench_forecast_command, bench_hotset_command, train
+from flows.cli_replay import replay_command
+from flows.cli_warmup import warmup_command
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -275,6 +277,8 @@ def bench_runtime_command(
 bench.command("forecast")(bench_forecast_command)
 bench.command("hotset")(bench_hotset_command)
 app.add_typer(train, name="train")
+app.command("replay")(replay_command)
+app.command("warmup")(warmup_command)
 
 tune = typer.Typer(help="Online tuning of the platform's own parameters.", no_args_is_help=True)
 app.add_typer(tune, name="tune")
