@@ -12,6 +12,7 @@ from flows.cli_common import CliError, ConfigOption, settings_from, stderr, writ
 if TYPE_CHECKING:
     from flows.bench.traces import AccessTrace
     from flows.replay.engine import ReplayConfig
+    from flows.replay.latency import ReplayLatency
 
 
 def replay_command(
@@ -32,6 +33,12 @@ def replay_command(
     ] = "measured",
     model: Annotated[
         Path | None, typer.Option(help="Local checkpoint whose prefill is measured.")
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write an HTML report with plots here (replays both arms), log to MLflow."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Accepted; output is JSON.")] = True,
     config: ConfigOption = None,
@@ -60,28 +67,68 @@ def replay_command(
         raise CliError(f"{trace}: {format_name} traces carry no timestamps; replay needs them")
     if redis > 0:  # the configured Redis, else an embedded one for this replay
         with RedisHandle(settings.redis_url) as redis_url:
-            result = _replay(loaded, replay_config, latency, model, redis_url)
+            result = _replay(loaded, replay_config, latency, model, redis_url, report)
     else:
-        result = _replay(loaded, replay_config, latency, model, None)
+        result = _replay(loaded, replay_config, latency, model, None, report)
+    if report is not None:
+        from flows.replay.report import log_report
+
+        result["mlflow_run_id"] = log_report(
+            report, {"off": result.pop("_off"), "on": result.pop("_on")},
+            settings.mlflow_uri, settings.mlflow_artifacts,
+        )  # fmt: skip
     write_json(result)
 
 
 def _replay(
     loaded: AccessTrace, config: ReplayConfig, latency: str, model: Path | None,
-    redis_url: str | None,
+    redis_url: str | None, report: Path | None,
 ) -> dict[str, Any]:  # fmt: skip
+    from dataclasses import replace
+
+    from flows.replay.engine import (
+        PreparedTrace,
+        reference_config,
+        replay_arms,
+        request_times,
+        summarize,
+    )  # fmt: skip
+
+    latency_model = _latency(latency, model, redis_url)
+    configs = {"arm": config, "reference": reference_config(config)}
+    if report is not None:  # the report draws both arms
+        configs["other"] = replace(config, warmup=not config.warmup)
+    with stderr.status(f"replaying {len(loaded.request_starts)} requests x {len(configs)}"):
+        arms = replay_arms(PreparedTrace.build(loaded), configs, latency_model, redis_url)
+    times = request_times(loaded)
+    result = summarize(arms["arm"], arms["reference"], times, config, latency_model)
+    if report is not None:
+        from flows.replay.report import write_report
+
+        other = summarize(arms["other"], arms["reference"], times, configs["other"], latency_model)
+        on, off = (result, other) if config.warmup else (other, result)
+        by_label = {
+            "warm-up off": arms["other" if config.warmup else "arm"],
+            "warm-up on": arms["arm" if config.warmup else "other"],
+            "restore reference": arms["reference"],
+        }
+        path = write_report(report, by_label, times, {"off": off, "on": on}, config.window_s)
+        stderr.print(f"report: {path}")
+        result = {**result, "report": str(path), "_off": off, "_on": on}
+    return result
+
+
+def _latency(kind: str, model: Path | None, redis_url: str | None) -> ReplayLatency:
     import redis
 
-    from flows.replay.engine import run_replay
     from flows.replay.latency import REFERENCE, measure_latency
 
-    if latency == "measured":
-        client = None if redis_url is None else redis.Redis.from_url(redis_url)
+    if kind == "reference":
+        return REFERENCE
+    client = None if redis_url is None else redis.Redis.from_url(redis_url)
+    try:
         with stderr.status("measuring prefill and tier loads"):
-            latency_model = measure_latency(client, model)
+            return measure_latency(client, model)
+    finally:
         if client is not None:
             client.close()
-    else:
-        latency_model = REFERENCE
-    with stderr.status(f"replaying {len(loaded.request_starts)} requests, twice"):
-        return run_replay(loaded, config, latency_model, redis_url)

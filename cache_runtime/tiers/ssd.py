@@ -117,7 +117,12 @@ class SSDTier:
         pinned: bool = False,
         parent: str | None = None,
         hint: str | None = None,
+        heat: float | None = None,
     ) -> bool:
+        """Store `value` if its heat earns the room. `heat`: what the caller already knows of the
+        entry's demand (a warm-up from the platform's heat manifest, in decayed requests): it
+        starts there instead of at one request, so a block rehydrated after a restart is not the
+        first thing evicted just because this disk has not seen it asked for yet."""
         self._count(puts=1)
         size = len(value)
         if size > self.capacity_bytes:
@@ -131,7 +136,7 @@ class SSDTier:
                 row = db.execute(
                     "SELECT heat, last, size, present FROM heat WHERE key = ?", (key,)
                 ).fetchone()
-                candidate_heat = (row[0] if row else 0.0) or 1.0
+                candidate_heat = max((row[0] if row else 0.0) or 1.0, heat or 0.0)
                 candidate = score(candidate_heat, row[1] if row else now, self._rate)
                 freed = row[2] if row and row[3] else 0
                 if not pinned and not self._make_room(db, size - freed, candidate, exclude=key):

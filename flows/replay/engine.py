@@ -224,7 +224,7 @@ def _plan_warmup(
     """
     ranked = _ranked(manifests, now, config.window_s, config.min_expected_uses)
     in_memory = round(config.memory_share * memory_blocks)
-    worker.plan(node, now, ranked[: in_memory + ssd_blocks], in_memory)
+    worker.plan(node, now, ranked[: in_memory + ssd_blocks], in_memory, manifests[0].heat_at(now))
 
 
 def _plan_ahead(
@@ -237,7 +237,8 @@ def _plan_ahead(
         return
     ranked = _ranked(manifests, now, config.ahead_every_s, config.min_expected_uses)
     missing = [b for b in ranked.tolist() if not node.holds_locally(worker.keys[b])]
-    worker.plan(node, now, np.array(missing, dtype=np.int64), memory_slots=0)
+    heat = manifests[0].heat_at(now)
+    worker.plan(node, now, np.array(missing, dtype=np.int64), memory_slots=0, heat=heat)
 
 
 def _window_stats(result: ArmResult, mask: np.ndarray) -> dict[str, Any]:
@@ -299,25 +300,43 @@ def summarize(
     }
 
 
+def replay_arms(
+    prepared: PreparedTrace,
+    configs: dict[str, ReplayConfig],
+    latency: ReplayLatency,
+    redis_url: str | None = None,
+) -> dict[str, ArmResult]:
+    """Replay each named configuration on its own (an emptied Redis each: arms share nothing)."""
+    results = {}
+    for name, config in configs.items():
+        if config.redis > 0:
+            if redis_url is None:
+                raise ValueError("--redis needs a Redis (settings.redis_url, or the embedded one)")
+            blocks = round(config.redis * len(prepared.keys))
+            limit_redis(redis_url, blocks, config.value_bytes, prepared.keys[0])
+        results[name] = replay_arm(prepared, config, latency, redis_url)
+    return results
+
+
+def reference_config(config: ReplayConfig) -> ReplayConfig:
+    """The restore reference: no restarts (an instant restore), no warm-up."""
+    return ReplayConfig(**{**asdict(config), "restart_every_s": None, "warmup": False})
+
+
+def request_times(trace: AccessTrace) -> np.ndarray:
+    times = trace.times if trace.times is not None else np.arange(len(trace.accesses), dtype=float)
+    return times[trace.request_starts]
+
+
 def run_replay(
     trace: AccessTrace, config: ReplayConfig, latency: ReplayLatency, redis_url: str | None = None
 ) -> dict[str, Any]:
-    """Replay `config`'s arm and the restore reference (no restarts, no warm-up) and summarise."""
+    """Replay `config`'s arm and the restore reference, and summarise (the CLI's JSON)."""
     prepared = PreparedTrace.build(trace)
-    redis_blocks = round(config.redis * len(prepared.keys))
-    if config.redis > 0 and redis_url is None:
-        raise ValueError("--redis needs a Redis (settings.redis_url, or the embedded one)")
-    arms = []
-    reference_config = ReplayConfig(**{**asdict(config), "restart_every_s": None, "warmup": False})
-    for arm_config in (config, reference_config):
-        if config.redis > 0:
-            assert redis_url is not None
-            # and empty it: the arms must not share what they cached
-            limit_redis(redis_url, redis_blocks, config.value_bytes, prepared.keys[0])
-        arms.append(replay_arm(prepared, arm_config, latency, redis_url))
-    result, reference = arms
-    times = trace.times if trace.times is not None else np.arange(len(trace.accesses), dtype=float)
-    return summarize(result, reference, times[trace.request_starts], config, latency)
+    arms = replay_arms(
+        prepared, {"arm": config, "reference": reference_config(config)}, latency, redis_url
+    )
+    return summarize(arms["arm"], arms["reference"], request_times(trace), config, latency)
 
 
 def limit_redis(redis_url: str, blocks: int, value_bytes: int, sample_key: str) -> None:

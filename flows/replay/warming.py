@@ -45,16 +45,20 @@ class HeatManifest:
         self.heat[blocks] = self.heat[blocks] * np.exp(-self.rate * (now - self.last[blocks])) + 1
         self.last[blocks] = now
 
+    def heat_at(self, now: float) -> np.ndarray:
+        """(n_blocks,) decayed request counts at `now`."""
+        return self.heat * np.exp(-self.rate * (now - self.last))
+
     def expected_uses(self, now: float, horizon_s: float) -> np.ndarray:
         """(n_blocks,) requests each block is expected to get in the next `horizon_s`."""
-        score = self.heat * np.exp(-self.rate * (now - self.last))
-        return score * self.rate * horizon_s
+        return self.heat_at(now) * self.rate * horizon_s
 
 
 @dataclass
 class WarmItem:
     block: int  # index of the block
     tier: str  # where it goes: "memory" or "ssd"
+    heat: float  # the manifest's decayed request count, handed to the SSD's admission
 
 
 class WarmWorker:
@@ -77,7 +81,9 @@ class WarmWorker:
         self.used = 0
         self.warmed = np.zeros(len(keys), dtype=bool)  # warmed and not yet used or recomputed
 
-    def plan(self, node: Node, now: float, ranked: np.ndarray, memory_slots: int) -> None:
+    def plan(
+        self, node: Node, now: float, ranked: np.ndarray, memory_slots: int, heat: np.ndarray
+    ) -> None:
         """Queue `ranked` blocks (best first); the first `memory_slots` go to memory, the rest to
         the SSD. Replaces any plan still queued: a newer manifest knows better."""
         self.queue.clear()
@@ -87,7 +93,7 @@ class WarmWorker:
             tier = "memory" if position < memory_slots and "memory" in names else "ssd"
             if tier not in names:
                 continue
-            self.queue.append(WarmItem(block, tier))
+            self.queue.append(WarmItem(block, tier, float(heat[block])))
 
     def advance(self, node: Node, now: float) -> None:
         """Do every queued item that finishes by `now`, in order."""
@@ -120,7 +126,7 @@ class WarmWorker:
             if parent_key is not None and not tier.contains(parent_key):
                 parent_key = None  # the parent lives in a lower tier: no closure link to keep
             return bool(tier.put(key, self.value, parent=parent_key))
-        return bool(tier.put(key, self.value))
+        return bool(tier.put(key, self.value, heat=item.heat))
 
     def note_use(self, block: int) -> None:
         """A request hit `block`: if it was warmed, the warm-up paid off."""

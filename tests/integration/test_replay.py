@@ -133,3 +133,29 @@ def test_replay_cli_json_and_errors(mooncake_like: Path, tmp_path: Path) -> None
         "--warmup", "maybe", cwd=tmp_path,
     )  # fmt: skip
     assert wrong.returncode == 2 and "choose on or off" in wrong.stderr
+
+
+def test_replay_report_draws_both_arms_and_logs_to_mlflow(
+    mooncake_like: Path, tmp_path: Path
+) -> None:
+    settings = tmp_path / "preheat.toml"
+    settings.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n'
+        f'mlflow_uri = "sqlite:///{tmp_path / "mlflow.db"}"\n'
+        f'mlflow_artifacts = "{tmp_path / "mlruns"}"\n'
+    )
+    done = run_cli(
+        "replay", "--trace", str(mooncake_like), "--memory", "0.05", "--ssd", "0.2",
+        "--restart-every", "100", "--window", "30", "--warmup", "off", "--latency", "reference",
+        "--report", str(tmp_path / "report"), "--config", str(settings), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = orjson.loads(done.stdout)
+    assert result["warmup"]["items"] == 0  # the printed arm is the one asked for
+    page = (tmp_path / "report" / "replay.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "restore" not in result["report"]
+    both = orjson.loads((tmp_path / "report" / "replay.json").read_bytes())
+    assert both["on"]["warmup"]["items"] > 0 and both["off"] == {
+        k: v for k, v in result.items() if k not in ("report", "mlflow_run_id")
+    }
+    assert len(result["mlflow_run_id"]) == 32

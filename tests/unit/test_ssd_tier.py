@@ -58,6 +58,19 @@ def test_one_off_write_cannot_flush_hot_entries(tier: SSDTier, clock: FakeClock)
     assert all(tier.contains(k) for k in "abcd") and tier.stats().rejected == 1
 
 
+def test_a_warmed_entry_keeps_the_heat_it_was_warmed_with(
+    tier: SSDTier, clock: FakeClock
+) -> None:
+    """Rehydrated after a restart with its known heat, a block outlives newer one-off writes."""
+    assert tier.put("warmed", b"w" * 250, heat=5.0)
+    for key in ("a", "b", "c"):
+        clock.now += 1
+        assert tier.put(key, b"x" * 250)
+    clock.now += 1
+    assert tier.put("newcomer", b"n" * 250)  # evicts the oldest one-off, not the warmed block
+    assert tier.contains("warmed") and not tier.contains("a")
+
+
 def test_a_key_that_keeps_missing_earns_its_place(tier: SSDTier, clock: FakeClock) -> None:
     for key in ("a", "b", "c", "d"):
         tier.put(key, b"x" * 250)
