@@ -159,3 +159,26 @@ def test_replay_report_draws_both_arms_and_logs_to_mlflow(
         k: v for k, v in result.items() if k not in ("report", "mlflow_run_id")
     }
     assert len(result["mlflow_run_id"]) == 32
+
+
+def test_ahead_of_demand_rewarms_a_hot_block_the_node_lost() -> None:
+    """Opt-in: a block the manifest calls hot but the node no longer holds is warmed back."""
+    from flows.replay.engine import _plan_ahead
+    from flows.replay.node import Node, TraceClock
+    from flows.replay.warming import HeatManifest, WarmWorker
+
+    prepared = PreparedTrace.build(_trace([(0.0, [1, 2]), (1.0, [3])]))
+    long, short = HeatManifest(3, 60.0), HeatManifest(3, 10.0)
+    for t in range(5):  # block 0 (id 1) asked for five times; the node has lost it
+        long.bump(np.array([0]), float(t))
+        short.bump(np.array([0]), float(t))
+    node = Node(memory_blocks=2, ssd_blocks=2, clock=TraceClock())
+    worker = WarmWorker(prepared.keys, prepared.parents, prepared.tokens, LATENCY, bytes(8))
+    config = ReplayConfig(memory=1.0, ssd=1.0, warmup=True, ahead_every_s=60.0)
+    try:
+        _plan_ahead(worker, node, (long, short), 5.0, config)
+        worker.advance(node, 6.0)  # one prefill of 51.2 ms fits in a second
+        assert node.holds_locally(prepared.keys[0]) and worker.items == 1
+        assert not node.holds_locally(prepared.keys[2])  # block 3 was never hot: not warmed
+    finally:
+        node.close()
