@@ -32,7 +32,7 @@ def _hit_ratio_figure(arms: dict[str, ArmResult], times: np.ndarray, restarts: l
     for name, arm in arms.items():
         hits = np.bincount(bins, weights=arm.hit_blocks, minlength=len(edges) + 1)
         blocks = np.bincount(bins, weights=arm.request_blocks, minlength=len(edges) + 1)
-        ratio = np.divide(hits, blocks, out=np.zeros_like(hits), where=blocks > 0)
+        ratio = np.divide(hits, blocks, out=np.full_like(hits, np.nan), where=blocks > 0)
         axes.plot(edges, ratio[1 : len(edges) + 1], label=name)
     for at in restarts:
         axes.axvline(at, color="grey", linestyle="--", linewidth=0.8)
