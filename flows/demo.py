@@ -132,6 +132,7 @@ def _forecast_stage(settings: Settings) -> dict:
 def run_demo(settings: Settings, log: Path | None, days: float, console: Console) -> dict:
     """Run every stage; returns (and writes to <data_dir>/reports/demo_summary.json) a summary."""
     from flows.demo_cache import run_cache_stage
+    from flows.demo_replay import run_replay_stage
     from flows.features.flow import features_flow
     from flows.ingest.flow import ingest_flow
 
@@ -162,6 +163,8 @@ def run_demo(settings: Settings, log: Path | None, days: float, console: Console
             f"train-forecaster: v{forecast['version']} chose {forecast['chosen']}, "
             f"{forecast['reason']}"
         )
+        with console.status("replay: the latest traffic, warm-up off and on, 3 restarts"):
+            replay = run_replay_stage(lake, settings, console)
         with console.status("cache: KV pages of the top templates, tiny GPT-2, three tiers"):
             prompts = lake.read("requests", columns=["tenant", "template_id", "prompt"])
             cache = run_cache_stage(prompts, settings.data_dir / "cache", redis_url, console)
@@ -171,6 +174,7 @@ def run_demo(settings: Settings, log: Path | None, days: float, console: Console
         streamed=streamed,
         cache=cache,
         forecast=forecast,
+        replay=replay,
         wall_seconds=round(time.perf_counter() - started, 1),
     )
     report = settings.data_dir / "reports" / "demo_summary.json"

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pandas as pd
+
+from cache_runtime.prefix_hash import BLOCK_TOKENS as PAGE_TOKENS
 
 ORACLE_DTYPE = np.dtype([("time", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
 TRACE_FORMATS = ("mooncake", "lirs", "cache2k", "oracle")
@@ -169,3 +172,28 @@ def write_oracle(trace: AccessTrace, path: Path) -> None:
     records["size"] = 1
     records["next"] = next_index
     records.tofile(path)
+
+
+def trace_from_requests(requests: pd.DataFrame, name: str = "lake") -> AccessTrace:
+    """`RequestLog` rows (timestamp, prefix_hashes, prompt_tokens) as a trace of KV pages.
+
+    The platform hashes 16-token pages (`cache_runtime.prefix_hash`), chained, so a page id names
+    its whole prefix exactly as Mooncake's block ids do; requests without hashes are skipped.
+    """
+    rows = requests.dropna(subset=["prefix_hashes"]).sort_values("timestamp", kind="stable")
+    if rows.empty:
+        raise TraceError(f"{name}: no requests with prefix hashes")
+    pages = [np.asarray(h, dtype=np.int64) for h in rows["prefix_hashes"].tolist()]
+    lengths = np.array([len(p) for p in pages])
+    seconds = rows["timestamp"].astype("int64").to_numpy() / 1e9
+    tokens = np.full(int(lengths.sum()), PAGE_TOKENS, dtype=np.int64)
+    ends = np.cumsum(lengths) - 1
+    rest = rows["prompt_tokens"].to_numpy(dtype=np.int64) - PAGE_TOKENS * (lengths - 1)
+    tokens[ends] = np.clip(rest, 1, PAGE_TOKENS)
+    return AccessTrace(
+        name,
+        np.concatenate(pages),
+        np.concatenate([[0], ends[:-1] + 1]).astype(np.int64),
+        np.repeat(seconds, lengths),
+        tokens,
+    )

@@ -82,14 +82,18 @@ def _prefill_ms_per_token(model_path: Path | None) -> tuple[float, int, str]:
 
 
 def measure_latency(
-    redis_client: Any | None = None, model_path: Path | None = None
+    redis_client: Any | None = None,
+    model_path: Path | None = None,
+    block_tokens: int = BLOCK_TOKENS,
 ) -> ReplayLatency:
-    """Measure prefill and per-tier block loads on this machine (a few seconds)."""
+    """Measure prefill and per-tier loads of one `block_tokens` block on this machine (seconds).
+
+    512 is Mooncake's block; the platform's own logs hash 16-token KV pages."""
     from cache_runtime.tiers.memory import MemoryTier
     from cache_runtime.tiers.ssd import SSDTier
 
     per_token, kv_per_token, name = _prefill_ms_per_token(model_path)
-    block = bytes(kv_per_token * BLOCK_TOKENS)
+    block = bytes(kv_per_token * block_tokens)
     loads = {}
     memory = MemoryTier(4 * len(block), policy="lru")
     memory.put("probe", block)
