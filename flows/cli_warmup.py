@@ -1,13 +1,14 @@
-"""`preheat warmup --plan-only`: plan one warm-up from the lake, the features and the champion.
+"""`preheat warmup`: plan one warm-up from the lake, the features and the champion, and warm it.
 
-Kept apart from `flows/cli.py` (which registers the command). Executing a plan (prefill, store)
-is not wired yet: without `--plan-only` the command refuses with one line rather than pretend.
+Kept apart from `flows/cli.py` (which registers the command). Planning is shared with the flow
+`warmup` (`flows.warmup.prepare`); execution runs the flow's batches in this process, one after
+another (`flows.warmup.run.warm_locally`, no Prefect API to start), resumable from the ledger.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,9 +22,9 @@ from flows.cli_common import (
 )
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-    from flows.warmup.plan import PlanResult
+    from cache_runtime.settings import Settings
+    from flows.warmup.plan import Budgets, PlanResult
+    from flows.warmup.prepare import PreparedPlan
 
 MB = 1_000_000
 SHOWN_ROWS = 30
@@ -34,7 +35,7 @@ def warmup_command(
         bool, typer.Option("--plan-only", help="Print the plan; warm nothing.")
     ] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the plan as one JSON object to stdout.")
+        bool, typer.Option("--json", help="Print the plan (or the run) as one JSON object.")
     ] = False,
     memory_mb: Annotated[float, typer.Option("--memory-mb", min=0, help="Memory tier, MB.")] = 256,
     ssd_mb: Annotated[float, typer.Option("--ssd-mb", min=0, help="SSD tier, MB.")] = 2048,
@@ -54,18 +55,23 @@ def warmup_command(
     top_excluded: Annotated[
         int, typer.Option("--top-excluded", min=0, help="Left-out items explained.")
     ] = 20,
+    backend: Annotated[
+        str, typer.Option(help="hf (local or registered model), openai, null.")
+    ] = "hf",
+    model_path: Annotated[
+        Path | None, typer.Option("--model-path", help="HF model directory (else the registry).")
+    ] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI server.")] = None,
+    model_name: Annotated[str | None, typer.Option("--model-name", help="Served model.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Items a batch.")] = 32,
     config: ConfigOption = None,
     data_dir: DataDirOption = None,
 ) -> None:
-    """Plan a warm-up: what to warm, into which tier, in which order, and why."""
-    if not plan_only:
-        raise CliError("execution is not available yet: use --plan-only")
+    """Plan a warm-up (what to warm, into which tier, in which order, and why) and warm it."""
     settings = settings_from(config, data_dir)
-    from data_contracts import GRANULARITIES
-    from flows.warmup.plan import Budgets, CostModel, build_candidates, plan_warmup
+    from flows.warmup.plan import Budgets
+    from flows.warmup.prepare import PlanOptions, plan_from_lake
 
-    if granularity not in GRANULARITIES:
-        raise CliError(f"--granularity {granularity!r}: choose one of {', '.join(GRANULARITIES)}")
     budgets = Budgets(
         memory_bytes=int(memory_mb * MB),
         ssd_bytes=int(ssd_mb * MB),
@@ -73,74 +79,54 @@ def warmup_command(
         compute_s=compute_s,
         deadline_s=deadline_s,
     )
-    requests = _read_requests(settings.data_dir)
-    with stderr.status("loading the champion forecaster"):
-        forecast, demand, forecaster = _forecast(
-            settings.data_dir, settings.mlflow_uri, granularity
-        )
-    with stderr.status("planning"):
-        costs = CostModel(prefill_s_per_token=prefill_ms_per_token / 1000)
-        candidates = build_candidates(requests, forecast, demand, costs)
-        result = plan_warmup(candidates, budgets, top_excluded)
-    output = result.to_json()
-    summary = output["summary"]
-    summary["forecaster"] = forecaster.get("model")
-    if forecaster.get("fallback"):
-        note = summary["fallback"]
-        summary["fallback"] = forecaster["fallback"] + (f"; {note}" if note else "")
-    if as_json:
-        write_json(output)
+    try:
+        options = PlanOptions(budgets, granularity, prefill_ms_per_token / 1000, top_excluded)
+        with stderr.status("planning (champion forecaster, candidates, plan)"):
+            prepared = plan_from_lake(settings.data_dir, settings.mlflow_uri, options)
+    except (LookupError, ValueError) as err:
+        raise CliError(str(err)) from None
+    if plan_only and as_json:
+        write_json(prepared.result.to_json())
+    elif plan_only:
+        _print_plan(prepared.result)
     else:
-        _print_plan(result)
+        _warm(prepared, settings, budgets, (backend, model_path, base_url, model_name), batch_size,
+              as_json)  # fmt: skip
 
 
-def _read_requests(data_dir: Path) -> pd.DataFrame:
-    from flows.ingest.flow import lake_of
-    from flows.warmup.candidates import REQUEST_COLUMNS
+def _warm(
+    prepared: PreparedPlan,
+    settings: Settings,
+    budgets: Budgets,
+    choice: tuple[str, Path | None, str | None, str | None],
+    batch_size: int,
+    as_json: bool,
+) -> None:
+    """Warm the plan in this process; the run's summary (the plan's under "plan") to stdout."""
+    from flows.warmup.execute import resolve_items
+    from flows.warmup.run import BackendSpec, NodeResources, open_job, warm_locally
 
-    if not (Path(data_dir) / "lake").is_dir():
-        raise CliError(f"no lake under {data_dir}: run `preheat ingest` first")
-    requests = lake_of(data_dir).read("requests", columns=list(REQUEST_COLUMNS))
-    if requests.empty:
-        raise CliError(f"the lake under {data_dir} holds no requests: run `preheat ingest` first")
-    return requests
-
-
-def _forecast(
-    data_dir: Path, mlflow_uri: str, granularity: str
-) -> tuple[pd.DataFrame | None, pd.DataFrame, dict[str, Any]]:
-    """(forecast or None, the demand series used, {"model"} or {"fallback": why not}).
-
-    The champion reads the granularity it was trained on, whatever `granularity` says. A store
-    that does not exist yet holds no champion: it is not created just to find that out.
-    """
-    from data_contracts.derived import read_demand
-
-    features = Path(data_dir) / "features"
-    demand = read_demand(features, granularity)
-    if _missing_sqlite_store(mlflow_uri):
-        return None, demand, {"fallback": f"no MLflow store at {mlflow_uri}, so no forecaster"}
-    from models.forecast.registry import load_champion
-
+    kind, model_path, base_url, model_name = choice
     try:
-        champion = load_champion(mlflow_uri)
-    except LookupError as err:
-        return None, demand, {"fallback": str(err)}
-    trained_on = str(champion.meta.get("granularity", granularity))
-    if trained_on != granularity:
-        demand = read_demand(features, trained_on)
-    if demand.empty:
-        why = f"no {trained_on} demand features: run `preheat features`"
-        return None, demand, {"fallback": why}
-    try:
-        forecast = champion.predict_per_key(demand)
-    except ValueError as err:  # e.g. less history than the model reads
-        return None, demand, {"fallback": f"{champion.name} v{champion.version} failed: {err}"}
-    return forecast, demand, {"model": f"{champion.name} v{champion.version}"}
-
-
-def _missing_sqlite_store(uri: str) -> bool:
-    return uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file()
+        path = str(model_path) if model_path else None
+        backend = BackendSpec(kind, path, settings.mlflow_uri, base_url, model_name)
+        resources = NodeResources(
+            backend, str(settings.data_dir), settings.redis_url,
+            budgets.memory_bytes, budgets.memory_bytes + budgets.ssd_bytes,
+        )  # fmt: skip
+        items = resolve_items(prepared.result.plan, prepared.recent)
+        with stderr.status(f"warming {len(items)} items"):
+            summary = warm_locally(open_job(items, resources), batch_size)
+    except (LookupError, ValueError, FileNotFoundError) as err:
+        raise CliError(str(err)) from None
+    stderr.print(
+        f"warm-up {summary['plan_id']}: {summary['done']} done, {summary['skipped_already_done']}"
+        f" already done, {summary['failed']} failed, {summary['unresolved']} unresolved"
+    )
+    if as_json:
+        write_json({**summary, "plan": prepared.summary})
+    if summary["failed"]:
+        raise CliError(f"{summary['failed']} items failed: run again to resume them", code=1)
 
 
 def _print_plan(result: PlanResult) -> None:

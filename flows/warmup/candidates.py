@@ -144,6 +144,20 @@ def build_candidates(
     return _validated(frames)
 
 
+def recent_requests(
+    requests: pd.DataFrame,
+    forecast: DataFrame[KeyForecast] | None = None,
+    demand: DataFrame[DemandSeries] | None = None,
+    now: pd.Timestamp | None = None,
+    options: CandidateOptions | None = None,
+) -> pd.DataFrame:
+    """The rows `build_candidates` reads for the same arguments (its window), with their demand
+    `key`: the executor resolves each planned item's text from exactly these rows."""
+    options = options or CandidateOptions()
+    now = _data_end(requests, forecast, demand) if now is None else pd.Timestamp(now)
+    return _recent(requests, now, options.window_s)
+
+
 def _validated(frames: list[pd.DataFrame]) -> DataFrame[WarmupCandidate]:
     columns = list(WarmupCandidate.to_schema().columns)
     frames = [f for f in frames if len(f)]

@@ -59,9 +59,10 @@ def test_plan_only_json_is_a_valid_plan(lake_dir: Path) -> None:
     assert not (lake_dir.parent / "mlruns").exists()  # planning did not create a store
 
 
-def test_without_plan_only_refuses_in_one_line(lake_dir: Path) -> None:
+def test_execution_without_a_model_is_one_line(lake_dir: Path) -> None:
     done = run_cli("warmup", "--data-dir", str(lake_dir), cwd=lake_dir.parent)
-    one_line_error(done, "execution is not available yet: use --plan-only")
+    one_line_error(done, "no LLM to warm with: give a model path (--model-path)")
+    assert not (lake_dir.parent / "mlruns").exists()  # looking for one did not create a store
 
 
 def test_empty_data_dir_is_one_line(tmp_path: Path) -> None:

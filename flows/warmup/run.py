@@ -1,0 +1,233 @@
+"""Running a warm-up plan without Prefect: backends, the node's resources, batches, summary.
+
+The plain half of the `warmup` flow (`flows.warmup.flow` adds the Prefect tasks, the node's
+concurrency limit and retries) and the whole of `preheat warmup`, which runs the batches one
+after another in its own process (`warm_locally`): one process has nothing to share a limit
+with, and it saves the ~15 s a temporary Prefect API takes to start.
+
+Batches keep the plan's execution order (its SLA priority) cut into consecutive chunks; a batch
+names the earlier batches that hold parents of its items, which it must follow. Rejected:
+batching by dependency level, which would warm every parent before any urgent child.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cache_runtime.settings import Settings
+from flows.warmup.execute import (
+    BatchStats,
+    NullBackend,
+    WarmItem,
+    WarmLedger,
+    backend_target,
+    execute_batch,
+    node_cache,
+    plan_id,
+)
+from flows.warmup.prepare import missing_sqlite_store
+
+MB = 1_000_000
+BACKENDS = ("hf", "openai", "null")
+
+
+class WarmupIncomplete(RuntimeError):
+    """Some items failed (after retries); the message says how many and how to resume."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """Which backend to warm with, in plain values (task parameters cross processes)."""
+
+    kind: str = "hf"
+    model_path: str | None = None
+    mlflow_uri: str | None = None
+    base_url: str | None = None
+    model_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in BACKENDS:
+            raise ValueError(f"backend {self.kind!r}: choose one of {', '.join(BACKENDS)}")
+        if self.kind == "openai" and not (self.base_url and self.model_name):
+            raise ValueError("the openai backend needs a base URL and a served model name")
+
+
+def open_backend(spec: BackendSpec) -> Any:
+    """The backend `spec` names: a local HF directory, else the registry's `preheat-llm`
+    champion; an OpenAI-compatible server; or the null backend (a dry run).
+
+    Raises:
+        LookupError: hf without a model path and no registered champion.
+    """
+    from models.llm.backends import HFBackend, OpenAICompatibleBackend
+
+    if spec.kind == "null":
+        return NullBackend()
+    if spec.kind == "openai":
+        return OpenAICompatibleBackend(str(spec.base_url), str(spec.model_name))
+    if spec.model_path:
+        return HFBackend.from_path(spec.model_path)
+    uri = spec.mlflow_uri or Settings().mlflow_uri
+    if missing_sqlite_store(uri):  # looking would create the store
+        raise LookupError(
+            f"no LLM to warm with: give a model path (--model-path) or register one in {uri}"
+        )
+    return HFBackend.from_registry(uri)
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """The backend and the node's cache, in plain values (task parameters cross processes)."""
+
+    backend: BackendSpec
+    data_dir: str
+    redis_url: str | None = None
+    memory_bytes: int = 256 * MB
+    ssd_bytes: int = 2048 * MB
+
+
+@dataclass(frozen=True)
+class WarmupJob:
+    """Everything a batch needs: resources, and the ledger's plan and target."""
+
+    resources: NodeResources
+    plan_id: str
+    target: str
+
+    @property
+    def ledger_path(self) -> Path:
+        return WarmLedger.path_for(self.resources.data_dir, self.plan_id)
+
+
+_OPENED: dict[NodeResources, tuple[Any, Any]] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def shared_resources(spec: NodeResources) -> tuple[Any, Any]:
+    """(backend, cache), opened once per process and shared by its batches: a model loads in
+    seconds, and the memory tier is per process. Closed by `release_resources`."""
+    with _OPENED_LOCK:
+        if spec not in _OPENED:
+            settings = Settings(data_dir=Path(spec.data_dir), redis_url=spec.redis_url)
+            cache = node_cache(settings, spec.memory_bytes, spec.ssd_bytes)
+            try:
+                _OPENED[spec] = (open_backend(spec.backend), cache)
+            except BaseException:
+                cache.close()
+                raise
+        return _OPENED[spec]
+
+
+def release_resources(spec: NodeResources) -> None:
+    with _OPENED_LOCK:
+        opened = _OPENED.pop(spec, None)
+    if opened is not None:
+        backend, cache = opened
+        backend.close()
+        cache.close()
+
+
+# -- batches ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Consecutive plan items; `after`: the earlier batches holding parents of its items."""
+
+    index: int
+    items: list[WarmItem]
+    after: tuple[int, ...] = field(default=())
+
+
+def dependency_batches(items: Sequence[WarmItem], batch_size: int) -> list[Batch]:
+    """The plan order cut into batches of `batch_size`, each naming the batches it waits for."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    ordered = sorted(items, key=lambda i: i.order)
+    chunks = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
+    where = {item.ident: k for k, chunk in enumerate(chunks) for item in chunk}
+    batches = []
+    for k, chunk in enumerate(chunks):
+        parents = {where.get((i.tenant, i.parent)) for i in chunk if i.parent is not None}
+        after = tuple(sorted(j for j in parents if j is not None and j < k))
+        batches.append(Batch(k, chunk, after))
+    return batches
+
+
+def run_batch(items: Sequence[WarmItem], job: WarmupJob) -> BatchStats:
+    """One batch against the job's ledger, backend and cache (opened once per process)."""
+    backend, cache = shared_resources(job.resources)
+    ledger = WarmLedger(job.ledger_path, job.target)
+    try:
+        return execute_batch(items, backend, cache, ledger)
+    finally:
+        ledger.close()
+
+
+# -- one warm-up ------------------------------------------------------------------------------
+
+
+@dataclass
+class OpenedJob:
+    job: WarmupJob
+    items: list[WarmItem]
+    before: dict[tuple[str, str], str]  # ledger states when the run started
+    started: float = field(default_factory=time.perf_counter)
+
+
+def open_job(items: list[WarmItem], resources: NodeResources) -> OpenedJob:
+    """Open the backend (its model names the ledger's target) and register the items."""
+    backend, _ = shared_resources(resources)
+    job = WarmupJob(resources, plan_id(items), backend_target(backend))
+    ledger = WarmLedger(job.ledger_path, job.target)
+    try:
+        ledger.register(items)
+        before = ledger.states()
+    finally:
+        ledger.close()
+    return OpenedJob(job, items, before)
+
+
+def summarise_run(opened: OpenedJob) -> dict[str, Any]:
+    """planned / done / skipped_already_done / failed / unresolved / seconds, from the ledger:
+    right after retries and kills, which task results would not be."""
+    ledger = WarmLedger(opened.job.ledger_path, opened.job.target)
+    try:
+        rows = ledger.frame()
+    finally:
+        ledger.close()
+    finals = ("done", "unresolved")
+    earlier = [ident for ident, state in opened.before.items() if state in finals]
+    idents = pd.MultiIndex.from_arrays([rows["tenant"], rows["item"]])
+    already = idents.isin(earlier) if earlier else np.zeros(len(rows), dtype=bool)
+    now = rows[~already]
+    return {
+        "plan_id": opened.job.plan_id,
+        "target": opened.job.target,
+        "ledger": str(opened.job.ledger_path),
+        "planned": len(opened.items),
+        "done": int((now["state"] == "done").sum()),
+        "skipped_already_done": int(already.sum()),
+        "failed": int((~now["state"].isin(finals)).sum()),
+        "unresolved": int((now["state"] == "unresolved").sum()),
+        "pages_stored": int(now["pages_stored"].fillna(0).sum()),
+        "seconds": round(time.perf_counter() - opened.started, 3),
+    }
+
+
+def warm_locally(opened: OpenedJob, batch_size: int = 32) -> dict[str, Any]:
+    """The CLI's path: the same batches, one after another in this process, no Prefect API."""
+    try:
+        for batch in dependency_batches(opened.items, batch_size):
+            run_batch(batch.items, opened.job)
+    finally:
+        release_resources(opened.job.resources)
+    return summarise_run(opened)
