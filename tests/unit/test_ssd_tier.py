@@ -58,9 +58,7 @@ def test_one_off_write_cannot_flush_hot_entries(tier: SSDTier, clock: FakeClock)
     assert all(tier.contains(k) for k in "abcd") and tier.stats().rejected == 1
 
 
-def test_a_warmed_entry_keeps_the_heat_it_was_warmed_with(
-    tier: SSDTier, clock: FakeClock
-) -> None:
+def test_a_warmed_entry_keeps_the_heat_it_was_warmed_with(tier: SSDTier, clock: FakeClock) -> None:
     """Rehydrated after a restart with its known heat, a block outlives newer one-off writes."""
     assert tier.put("warmed", b"w" * 250, heat=5.0)
     for key in ("a", "b", "c"):
