@@ -1,0 +1,1 @@
+"""Prompt embeddings, template mining and semantic keys (issue 6)."""
