@@ -58,26 +58,30 @@ class Embedder:
         """(N, 384) float32, unit length; a text seen before is not re-embedded."""
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        fresh: dict[str, np.ndarray] = {}
         if missing:
             vectors = np.asarray(self._model_encode()(missing), dtype=np.float32)
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors = vectors / np.maximum(norms, 1e-12)
-            with self._lock:
-                self.encoded += len(missing)
-                for text, vector in zip(missing, vectors, strict=True):
-                    self._cache[text] = vector
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            fresh = dict(zip(missing, vectors, strict=True))
+        out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        lost = []  # evicted by a concurrent caller between the two locked sections
         with self._lock:
-            out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+            self.encoded += len(fresh)
             for i, text in enumerate(texts):
-                vector = self._cache.get(text)
-                if vector is None:  # evicted by a concurrent caller meanwhile: embed it alone
-                    vector = self._model_encode()([text])[0]
-                    vector = vector / max(float(np.linalg.norm(vector)), 1e-12)
-                else:
+                vector = fresh.get(text)
+                if vector is None:
+                    vector = self._cache.get(text)
+                    if vector is None:
+                        lost.append(i)
+                        continue
                     self._cache.move_to_end(text)
                 out[i] = vector
+            self._cache.update(fresh)
+            # Trimmed after the answer is built, so a call never evicts what it is returning.
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        if lost:
+            out[lost] = self.embed([texts[i] for i in lost])
         return out
 
 
