@@ -65,8 +65,8 @@ def replay_command(
         raise CliError(str(err)) from None
     if loaded.times is None:
         raise CliError(f"{trace}: {format_name} traces carry no timestamps; replay needs them")
-    if redis > 0:  # the configured Redis, else an embedded one for this replay
-        with RedisHandle(settings.redis_url) as redis_url:
+    if redis > 0:  # always a private server: the replay empties and caps the Redis it uses
+        with RedisHandle(None) as redis_url:
             result = _replay(loaded, replay_config, latency, model, redis_url, report)
     else:
         result = _replay(loaded, replay_config, latency, model, None, report)

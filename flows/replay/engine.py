@@ -350,6 +350,9 @@ def run_replay(
 def limit_redis(redis_url: str, blocks: int, value_bytes: int, sample_key: str) -> None:
     """Empty the replay's Redis and cap it at `blocks` entries' worth of memory, evicting LRU.
 
+    Destructive by design (FLUSHDB, maxmemory): give it only a server the replay owns — the CLI
+    always starts a private one, never the Redis in the settings.
+
     Redis sizes itself in bytes, so the cap is the measured memory of one stored block (a real
     key of the trace, under the tier's namespace) times `blocks` on top of the empty server's own
     use: the shared tier holds about as many blocks as asked, evicted the way a production Redis

@@ -95,12 +95,16 @@ def test_warmup_work_takes_time_so_early_requests_still_miss() -> None:
     assert result.hit_blocks[3] == 40  # 10 s later everything is
 
 
-def test_shared_redis_survives_restarts(redis_url: str) -> None:
+def test_shared_redis_survives_restarts() -> None:
+    """On a private server: the replay empties and caps the Redis it is given."""
+    from cache_runtime.services import RedisServer
+
     trace = _trace([(float(t), [1, 2, 3]) for t in range(0, 100, 5)])
     config = ReplayConfig(memory=1.0, ssd=1.0, redis=1.0, restart_every_s=50.0, window_s=20)
-    summary = run_replay(trace, config, LATENCY, redis_url)
-    assert summary["after_restart"]["hit_ratio"] == 1.0  # the first request loads from Redis
-    assert summary["hit_ratio"]["redis"] > 0
+    with RedisServer() as server:
+        summary = run_replay(trace, config, LATENCY, server.url)
+        assert summary["after_restart"]["hit_ratio"] == 1.0  # the first loads from Redis
+        assert summary["hit_ratio"]["redis"] > 0
 
 
 def test_bad_config_is_a_clear_error() -> None:
