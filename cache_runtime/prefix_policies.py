@@ -7,6 +7,7 @@ contract, so the memory tier runs them and the simulator replays traces through 
 
 from __future__ import annotations
 
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
@@ -182,6 +183,15 @@ class _Shadow:
         return False
 
 
+def _sample_hash(key: object) -> int:
+    """Which keys the duel samples, the same in every process. Rejected: Python's `hash`, which
+    is salted per process for strings — replays of one trace then differed by ~2% of hits from
+    run to run. Computed once per insert; hits only test membership of `_sampled`."""
+    if isinstance(key, int):
+        return key
+    return zlib.crc32(str(key).encode())
+
+
 class DuelingPolicy(EvictionPolicy):
     """Set dueling (Qureshi et al., ISCA'07) between PrefixARC and PrefixSLRU: both keep
     metadata for the real cache; shadow caches of 1/`sample` the size replay the sampled keys
@@ -202,6 +212,7 @@ class DuelingPolicy(EvictionPolicy):
         self._scores: deque[tuple[bool, ...]] = deque(maxlen=window)
         self._wins = [0] * len(self._members)
         self._shadows: list[_Shadow] | None = None
+        self._sampled: set[object] = set()  # resident keys the duel samples
         self._resident = 0
         self.leader = 0
         self._arc_access = self._members[0].on_access
@@ -217,9 +228,7 @@ class DuelingPolicy(EvictionPolicy):
         return self._members[self.leader].name
 
     def _observe(self, key: str, hint: str | None) -> None:
-        # Python's hash: integer ids (trace replay) sample the same keys in every run; string
-        # keys only need a choice that is stable while the process lives, which hash() is.
-        if self._shadows is None or hash(key) % self._sample:
+        if self._shadows is None or key not in self._sampled:
             return
         result = tuple(shadow.access(key, hint) for shadow in self._shadows)
         if len(self._scores) == self._scores.maxlen:
@@ -234,16 +243,19 @@ class DuelingPolicy(EvictionPolicy):
         self._resident += 1
         for member in self._members:
             member.on_insert(key, now, hint)
+        if not _sample_hash(key) % self._sample:
+            self._sampled.add(key)
         self._observe(key, hint)
 
     def on_access(self, key: str, now: float) -> None:
         self._arc_access(key, now)  # unrolled over the two members: this runs on every hit
         self._slru_access(key, now)
-        if self._shadows is not None and not hash(key) % self._sample:
+        if self._shadows is not None and key in self._sampled:
             self._observe(key, None)
 
     def on_remove(self, key: str) -> None:
         self._resident -= 1
+        self._sampled.discard(key)
         for member in self._members:
             member.on_remove(key)
 

@@ -171,7 +171,10 @@ def replay_arm(
             recent.bump(seen, now)
     finally:
         node.close()
-    warm = {"items": worker.items, "used": worker.used, "cost_s": round(worker.cost_s, 3)}
+    warm = {
+        "items": worker.items, "used": worker.used, "cost_s": round(worker.cost_s, 3),
+        "tier_errors": sum(node.errors.values()),
+    }  # fmt: skip
     return ArmResult(ttft, served, len(trace.accesses), restarts, hit_blocks, np.diff(bounds), warm)
 
 
@@ -303,6 +306,9 @@ def summarize(
         },
         "restore_reference": {"after_restart": _window_stats(reference, after)},
         "restarts": len(result.restarts),
+        # Failed tier operations (each degraded to a miss): non-zero means the machine, not the
+        # policy, shaped some of the numbers.
+        "tier_errors": int(result.warm.get("tier_errors", 0)),
         "config": asdict(config),
         "latency_model": latency.to_dict(),
     }

@@ -48,6 +48,7 @@ class Node:
             Path(tempfile.mkdtemp(prefix="preheat-replay-")) if workdir is None else workdir
         )
         self.incarnation = 0
+        self.errors: dict[str, int] = {}  # tier errors over all incarnations: a degraded replay
         self.cache = self._build()
 
     @property
@@ -82,14 +83,20 @@ class Node:
         write_through = [tiers[0].name] + (["redis"] if self.redis_url is not None else [])
         return HybridCache(tiers, write_through=write_through, refill_workers=1)
 
+    def _count_errors(self) -> None:
+        for tier in self.cache.tiers:
+            self.errors[tier.name] = self.errors.get(tier.name, 0) + tier.stats().errors
+
     def restart(self) -> None:
         """Lose the memory and SSD tiers (the shared Redis keeps its data)."""
+        self._count_errors()
         self.cache.close()
         shutil.rmtree(self.workdir / f"ssd-{self.incarnation}", ignore_errors=True)
         self.incarnation += 1
         self.cache = self._build()
 
     def close(self) -> None:
+        self._count_errors()
         self.cache.close()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
