@@ -12,6 +12,7 @@ from data_contracts.demand import GRANULARITIES, TOTAL_KEY, DemandSeries
 from data_contracts.forecast import KeyForecast
 from data_contracts.quarantine import QuarantineRow
 from data_contracts.request_log import TIMESTAMP_MAX, TIMESTAMP_MIN, RequestLog
+from data_contracts.templates import TemplateTable
 from data_contracts.validation import RowFailure, failures_by_row, validate
 from data_contracts.version import CONTRACT_VERSION
 from data_contracts.warmup import WarmupCandidate, WarmupPlan
@@ -27,6 +28,7 @@ __all__ = [
     "QuarantineRow",
     "RequestLog",
     "RowFailure",
+    "TemplateTable",
     "WarmupCandidate",
     "WarmupPlan",
     "failures_by_row",

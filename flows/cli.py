@@ -28,6 +28,7 @@ from flows.cli_common import settings_from as _settings
 from flows.cli_forecast import bench_forecast_command, bench_hotset_command, train
 from flows.cli_replay import replay_command
 from flows.cli_semantic import bench_semantic_command
+from flows.cli_templates import bench_templates_command
 from flows.cli_warmup import warmup_command
 
 if TYPE_CHECKING:
@@ -277,6 +278,7 @@ def bench_runtime_command(
 
 bench.command("forecast")(bench_forecast_command)
 bench.command("hotset")(bench_hotset_command)
+bench.command("templates")(bench_templates_command)
 bench.command("semantic")(bench_semantic_command)
 app.add_typer(train, name="train")
 app.command("replay")(replay_command)

@@ -1,0 +1,1 @@
+"""Prefect flow `mine-templates`: the lake's prompts -> templates table + MLflow run."""

@@ -1,0 +1,106 @@
+"""Prefect flow `mine-templates`: the lake's prompts -> `features/templates.parquet` + MLflow run.
+
+Thin by design (house style): the task reads the lake and the previous templates table, calls
+`models.templates.tenants.mine_tenants` (per tenant, ids kept stable against the previous table),
+writes the table with its contract and logs the run. The table is a derived file like the demand
+features rather than a lake table: a re-mining replaces a tenant's templates, which the lake's
+append-only, deduplicated tables are built not to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import flow, task
+
+from cache_runtime.settings import Settings
+from data_contracts.templates import read_templates, write_templates
+from flows.ingest.flow import lake_of
+from models.templates.clustering import METHODS
+
+
+@dataclass(frozen=True)
+class MineTemplatesParams:
+    """What a user may choose from the CLI or the Prefect UI."""
+
+    min_support: int = 5
+    eps: float = 0.35
+    method: str = "dbscan"
+    top_k: int = 20
+    max_prompts: int = 50_000
+    silhouette_sample: int = 1_000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method {self.method!r}: choose one of {', '.join(METHODS)}")
+        if self.min_support < 2 or self.top_k < 1 or self.max_prompts < 1:
+            raise ValueError("min_support must be >= 2, top_k and max_prompts >= 1")
+        if not 0.0 < self.eps < 1.0:
+            raise ValueError("eps is a cosine distance in (0, 1)")
+
+
+@task(name="mine-and-log-templates")
+def mine_templates_task(
+    data_dir: str, mlflow_uri: str, mlflow_artifacts: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    from models.templates.mining import MiningConfig
+    from models.templates.tenants import mine_tenants
+    from models.templates.tracking import log_mining_run
+
+    chosen = MineTemplatesParams(**params)
+    requests = lake_of(data_dir).read(
+        "requests", columns=["timestamp", "tenant", "prompt", "template_id"]
+    )
+    if requests["prompt"].notna().sum() == 0:
+        raise LookupError(f"no prompts in the lake under {data_dir}: run `preheat ingest` first")
+    features = Path(data_dir) / "features"
+    previous = read_templates(features)
+    config = MiningConfig(min_support=chosen.min_support, eps=chosen.eps, method=chosen.method)
+    result = mine_tenants(
+        requests, previous, pd.Timestamp.now(tz="UTC"), config,
+        top_k=chosen.top_k, max_prompts=chosen.max_prompts,
+        silhouette_sample=chosen.silhouette_sample, seed=chosen.seed,
+    )  # fmt: skip
+    path = write_templates(features, result.table)
+    kept = _keys(previous) & _keys(result.table)
+    run_id = log_mining_run(
+        asdict(chosen), result.metrics, result.top, mlflow_uri, Path(mlflow_artifacts)
+    )
+    return {
+        "path": str(path),
+        "run_id": run_id,
+        "templates": len(result.table),
+        "ids_kept": len(kept),
+        "tenants": result.metrics,
+    }
+
+
+def _keys(table: pd.DataFrame) -> set[tuple[str, str]]:
+    return set(zip(table["tenant"], table["template_id"], strict=True))
+
+
+@flow(name="mine-templates")
+def mine_templates_flow(
+    data_dir: str = "data",
+    mlflow_uri: str = "sqlite:///mlruns/mlflow.db",
+    mlflow_artifacts: str = "mlruns/artifacts",
+    min_support: int = 5,
+    eps: float = 0.35,
+    method: str = "dbscan",
+    top_k: int = 20,
+) -> dict[str, Any]:
+    """Mine each tenant's templates from the lake, write the table, log the run to MLflow."""
+    params = MineTemplatesParams(min_support=min_support, eps=eps, method=method, top_k=top_k)
+    return mine_templates_task(data_dir, mlflow_uri, mlflow_artifacts, asdict(params))
+
+
+def mine_templates_now(settings: Settings, params: MineTemplatesParams) -> dict[str, Any]:
+    """The CLI's path: the same task, called directly (no Prefect server needed)."""
+    settings.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
+    return mine_templates_task.fn(
+        str(settings.data_dir), settings.mlflow_uri, str(settings.mlflow_artifacts), asdict(params)
+    )
