@@ -108,13 +108,9 @@ def log_report(
     """One MLflow run in `preheat-replay` with the report and its key numbers; the run id."""
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri)
-    experiment = mlflow.get_experiment_by_name(EXPERIMENT)
-    if experiment is None:
-        artifacts.mkdir(parents=True, exist_ok=True)
-        experiment_id = mlflow.create_experiment(EXPERIMENT, artifacts.resolve().as_uri())
-    else:
-        experiment_id = experiment.experiment_id
+    from models.tracking import experiment_id as get_experiment
+
+    experiment_id = get_experiment(EXPERIMENT, tracking_uri, artifacts)
     with mlflow.start_run(experiment_id=experiment_id) as run:
         config = next(iter(summaries.values()))["config"]
         mlflow.log_params({k: v for k, v in config.items() if k != "warmup"})

@@ -14,15 +14,9 @@ def log_tuning_run(
     """Log parameters, the per-round objective and the full result JSON; returns the run id."""
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri)
-    experiment = mlflow.get_experiment_by_name(EXPERIMENT)
-    if experiment is None:  # artifacts beside the store, not in the working directory
-        artifacts_dir.mkdir(parents=True, exist_ok=True)
-        experiment_id = mlflow.create_experiment(
-            EXPERIMENT, artifact_location=artifacts_dir.resolve().as_uri()
-        )
-    else:
-        experiment_id = experiment.experiment_id
+    from models.tracking import experiment_id as get_experiment
+
+    experiment_id = get_experiment(EXPERIMENT, tracking_uri, artifacts_dir)
     with mlflow.start_run(experiment_id=experiment_id) as run:
         mlflow.log_params(
             {

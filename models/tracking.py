@@ -1,0 +1,19 @@
+"""The MLflow experiment every training or benchmark run of the platform logs into."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def experiment_id(name: str, tracking_uri: str, artifacts_dir: Path) -> str:
+    """Get or create experiment `name` in the store at `tracking_uri`; sets it as the process's
+    tracking URI (MLflow's fluent logging reads it). A new experiment keeps its artifacts under
+    `artifacts_dir`, beside the store, not in whatever directory the process happens to run in."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    experiment = mlflow.get_experiment_by_name(name)
+    if experiment is not None:
+        return str(experiment.experiment_id)
+    artifacts_dir.mkdir(parents=True, exist_ok=True)
+    return str(mlflow.create_experiment(name, artifact_location=artifacts_dir.resolve().as_uri()))
