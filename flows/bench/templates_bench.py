@@ -114,11 +114,12 @@ def bench_templates(
     rng = np.random.default_rng(seed)
     if len(assigned) > silhouette_sample:
         assigned = sorted(rng.choice(assigned, size=silhouette_sample, replace=False).tolist())
-    vectors = np.asarray(embed([prompts[i] for i in assigned]), dtype=np.float32)
-    silhouette = template_quality(None, [mined.labels[i] for i in assigned], vectors, seed)
     out = template_quality(labels, mined.labels, None)
     out["coverage"] = round(out["coverage"], 4)
-    out["silhouette"] = silhouette["silhouette"]
+    if assigned:  # else undefined: None, as with a single template
+        vectors = np.asarray(embed([prompts[i] for i in assigned]), dtype=np.float32)
+        kept = [mined.labels[i] for i in assigned]
+        out["silhouette"] = template_quality(None, kept, vectors, seed)["silhouette"]
     for name in ("silhouette", "ari", "nmi"):
         if out.get(name) is not None:
             out[name] = round(out[name], 4)

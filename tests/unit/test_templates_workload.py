@@ -80,6 +80,20 @@ def test_bench_templates_reports_the_issue_fields(tmp_path: Path) -> None:
     assert np.isfinite(out["assign_us_per_prompt"])
 
 
+def test_bench_templates_on_prompts_without_templates(tmp_path: Path) -> None:
+    path = tmp_path / "questions.jsonl"
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(300)]
+    path.write_text(
+        "".join(
+            orjson.dumps({"q": " ".join(rng.choice(words, size=6))}).decode() + "\n"
+            for _ in range(40)
+        )
+    )
+    out = bench_templates(path, None, "q", embed=fake_embed)
+    assert (out["n"], out["clusters"], out["coverage"], out["silhouette"]) == (40, 0, 0.0, None)
+
+
 def test_prompt_files_in_csv_and_bad_input(tmp_path: Path) -> None:
     csv_path = tmp_path / "p.csv"
     csv_path.write_text('act,prompt\nPoet,"Write, then rhyme"\nChef,\n')
