@@ -29,9 +29,16 @@ def write_demand(features_dir: Path, granularity: str, frame: pd.DataFrame) -> P
     frame = DemandSeries.validate(frame, lazy=True)
     if not (frame["granularity"] == granularity).all():
         raise ValueError(f"frame holds granularities other than {granularity!r}")
-    path = demand_path(features_dir, granularity)
+    return write_parquet_atomically(
+        demand_path(features_dir, granularity), frame, ARROW_SCHEMAS["demand"]
+    )
+
+
+def write_parquet_atomically(path: Path, frame: pd.DataFrame, schema: pa.Schema) -> Path:
+    """Write a validated frame, stamped with the contract version, so readers see the old file
+    or the new one, never half of one: a temp file, fsync, then an atomic rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pandas(frame, schema=ARROW_SCHEMAS["demand"], preserve_index=False)
+    table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
     table = table.replace_schema_metadata({"preheat.contract": CONTRACT_VERSION})
     tmp = path.with_suffix(".parquet.tmp")
     with open(tmp, "wb") as sink:

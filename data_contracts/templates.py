@@ -10,7 +10,6 @@ drop the ones that vanished, and update volumes).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ import pyarrow
 import pyarrow.parquet as pq
 from pandera.typing import Series
 
+from data_contracts.derived import write_parquet_atomically
 from data_contracts.dtypes import STRING_KW, UTC_KW
-from data_contracts.version import CONTRACT_VERSION
 
 TEMPLATES_FILE = "templates.parquet"
 
@@ -98,17 +97,7 @@ def templates_path(features_dir: Path) -> Path:
 def write_templates(features_dir: Path, frame: pd.DataFrame) -> Path:
     """Validate `frame` against `TemplateTable` and atomically replace the templates file."""
     frame = TemplateTable.validate(frame, lazy=True)
-    path = templates_path(features_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table = pyarrow.Table.from_pandas(frame, schema=ARROW_SCHEMA, preserve_index=False)
-    table = table.replace_schema_metadata({"preheat.contract": CONTRACT_VERSION})
-    tmp = path.with_suffix(".parquet.tmp")
-    with open(tmp, "wb") as sink:
-        pq.write_table(table, sink, compression="zstd")
-        sink.flush()
-        os.fsync(sink.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_parquet_atomically(templates_path(features_dir), frame, ARROW_SCHEMA)
 
 
 def read_templates(features_dir: Path) -> pd.DataFrame:
