@@ -103,9 +103,11 @@ def _summary_tables(lake: Lake, settings: Settings, console: Console) -> dict:
 def _forecast_stage(settings: Settings) -> dict:
     """Train and gate the per-key forecaster, then ask the champion for the next buckets."""
     from data_contracts.derived import read_demand
+    from flows.cli_forecast import quiet_training
     from flows.forecast.flow import train_forecaster_flow
     from models.forecast.registry import load_champion
 
+    quiet_training()  # the summary, not Lightning's banners
     settings.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
     result = train_forecaster_flow(
         data_dir=str(settings.data_dir), mlflow_uri=settings.mlflow_uri,

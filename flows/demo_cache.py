@@ -51,7 +51,7 @@ def run_cache_stage(
         warm_ids = tokenizer(warm, add_special_tokens=False)["input_ids"][:200]
         fresh_ids = tokenizer(fresh, add_special_tokens=False)["input_ids"][:200]
         with torch.no_grad():
-            kv = model(torch.tensor([warm_ids]), use_cache=True).past_key_values
+            kv = model(torch.tensor([warm_ids]), use_cache=True).cache  # transformers 5 name
             stored += store_prefix(cache, str(tenant), TINY_MODEL_ID, warm_ids, kv)
             restored, cached = load_prefix(
                 cache, str(tenant), TINY_MODEL_ID, fresh_ids, model.config
