@@ -9,7 +9,7 @@ STAMP := $(VENV)/.preheat-installed
 # (on a fresh .venv; see README, "GPU").
 TORCH_INDEX_URL ?=
 
-.PHONY: demo test lint install
+.PHONY: demo test lint install serve
 
 install: $(STAMP)
 
@@ -25,6 +25,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: $(STAMP)
 	$(BIN)/preheat demo
+
+# Prefect server + worker + deployments with schedules + MLflow UI + Redis on 127.0.0.1; Ctrl-C stops.
+serve: $(STAMP)
+	$(BIN)/preheat serve
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,6 +20,44 @@ from pydantic_settings import (
 
 CONFIG_ENV = "PREHEAT_CONFIG"
 DEFAULT_CONFIG_FILE = "preheat.toml"
+
+
+class ServeSettings(BaseModel):
+    """`preheat serve`: where the coordinator's services listen and when each deployment runs.
+
+    Set in the `[serve]` table of `preheat.toml` or as `PREHEAT_SERVE__<FIELD>` (for example
+    `PREHEAT_SERVE__PREFECT_PORT=4300`). Intervals are seconds; crons are in `timezone`.
+
+    Attributes:
+        host: the address every service binds (loopback: nothing is exposed by default).
+        prefect_port / mlflow_port / redis_port: the UIs' and the project Redis's ports.
+        work_pool: the coordinator's process work pool; a serving node runs its own pool
+            (`preheat serve --pool NAME --worker-only`) so warm-up for a node runs on it.
+        warmup_peak_lead_s: how long before each predicted demand peak a warm-up is scheduled.
+        flow_retries / flow_retry_delay_s: a deployment's failed flow run is retried this often
+            (Prefect's flow retries wait a fixed delay; the tasks inside back off on their own).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    prefect_port: int = Field(default=4200, gt=0, lt=65536)
+    mlflow_port: int = Field(default=5000, gt=0, lt=65536)
+    redis_port: int = Field(default=6390, gt=0, lt=65536)
+    work_pool: str = Field(default="preheat", pattern=r"^[A-Za-z0-9_.-]+$")
+    startup_timeout_s: float = Field(default=90.0, gt=0)
+    timezone: str = "UTC"
+    ingest_interval_s: int = Field(default=300, gt=0)
+    features_interval_s: int = Field(default=900, gt=0)
+    train_forecaster_cron: str = "0 2 * * *"
+    tune_decay_interval_s: int = Field(default=3600, gt=0)
+    mine_templates_cron: str = "30 2 * * *"
+    warmup_interval_s: int = Field(default=600, gt=0)
+    warmup_peak_lead_s: int = Field(default=600, ge=0)
+    peak_planning_interval_s: int = Field(default=3600, gt=0)
+    deploy_models_interval_s: int = Field(default=900, gt=0)
+    flow_retries: int = Field(default=2, ge=0)
+    flow_retry_delay_s: int = Field(default=60, ge=0)
 
 
 class Settings(BaseSettings):
@@ -34,9 +72,12 @@ class Settings(BaseSettings):
         request_stream: the Redis Stream that live request logs are appended to.
         request_stream_maxlen: approximate cap on that stream (XADD MAXLEN ~), so a stalled
             consumer cannot exhaust Redis memory; entries beyond it are trimmed oldest first.
+        serve: the coordinator's services and schedules (`ServeSettings`).
     """
 
-    model_config = SettingsConfigDict(env_prefix="PREHEAT_", extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="PREHEAT_", extra="forbid", env_nested_delimiter="__"
+    )
 
     data_dir: Path = Path("data")
     redis_url: str | None = None
@@ -44,6 +85,7 @@ class Settings(BaseSettings):
     mlflow_artifacts: Path = Path("mlruns/artifacts")
     request_stream: str = Field(default="preheat:requests", min_length=1)
     request_stream_maxlen: int = Field(default=1_000_000, gt=0)
+    serve: ServeSettings = Field(default_factory=ServeSettings)
 
     @field_validator("redis_url")
     @classmethod

@@ -28,6 +28,7 @@ from flows.cli_common import settings_from as _settings
 from flows.cli_forecast import bench_forecast_command, bench_hotset_command, train
 from flows.cli_replay import replay_command
 from flows.cli_semantic import bench_semantic_command
+from flows.cli_serve import serve_command, trigger_command
 from flows.cli_templates import bench_templates_command
 from flows.cli_warmup import warmup_command
 
@@ -283,6 +284,8 @@ bench.command("semantic")(bench_semantic_command)
 app.add_typer(train, name="train")
 app.command("replay")(replay_command)
 app.command("warmup")(warmup_command)
+app.command("serve")(serve_command)
+app.command("trigger")(trigger_command)
 
 tune = typer.Typer(help="Online tuning of the platform's own parameters.", no_args_is_help=True)
 app.add_typer(tune, name="tune")

@@ -37,3 +37,31 @@ def run_cli(*args: str, cwd: Path, timeout_s: float = 300) -> subprocess.Complet
     return subprocess.run(
         [PREHEAT, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
     )
+
+
+def write_warmable_lake(root: Path, hours: float = 2.0) -> Path:
+    """`root/data`: generated requests (each prompt carrying its tenant's system prompt, as real
+    prompt logs do) ingested with features: a lake that warm-up can plan and warm from.
+
+    The generator's prompt texts stand for their prefix hashes without that shared head, so
+    without it a KV item's text would be shorter than one 16-token page.
+    """
+    import orjson
+
+    from flows.features.flow import build_demand_task
+    from flows.ingest.flow import ingest_file_task
+    from flows.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
+
+    log = root / "requests.jsonl"
+    spec = SyntheticLogSpec(days=hours / 24, requests_per_day=18_000, bursts=1)
+    write_synthetic_log(log, spec)
+    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    for record in records:
+        system = f"You are the {record['tenant']} assistant. Follow the compliance policy. " * 4
+        record["prompt"] = system + record["prompt"]
+    log.write_bytes(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
+    data_dir = root / "data"
+    report = ingest_file_task.fn(str(log), str(data_dir), "auto", "default", None)
+    assert report["accepted"] == len(records)
+    build_demand_task.fn(str(data_dir))
+    return data_dir

@@ -27,6 +27,27 @@ def ingest_file_task(
     return report.to_dict()
 
 
+LOG_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".gz")
+
+
+def expand_paths(paths: list[str]) -> list[str]:
+    """Files as given; a directory stands for the log files in it (sorted, not recursive).
+
+    The scheduled `ingest` deployment points at an inbox directory: re-reading a file there adds
+    nothing (the lake drops rows it holds), so files are never moved or deleted by ingestion.
+    """
+    files: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files.extend(
+                str(p) for p in sorted(path.iterdir()) if p.is_file() and p.suffix in LOG_SUFFIXES
+            )
+        else:
+            files.append(raw)
+    return files
+
+
 @flow(name="ingest")
 def ingest_flow(
     paths: list[str],
@@ -35,8 +56,11 @@ def ingest_flow(
     tenant: str = "default",
     epoch: str | None = None,
 ) -> dict[str, object]:
-    """Ingest log files into the lake; returns per-file reports and totals."""
-    reports = [ingest_file_task(p, data_dir, format_name, tenant, epoch) for p in paths]
+    """Ingest log files (or the log files of directories) into the lake; returns per-file
+    reports and totals."""
+    reports = [
+        ingest_file_task(p, data_dir, format_name, tenant, epoch) for p in expand_paths(paths)
+    ]
     totals = {k: sum(int(r[k]) for r in reports) for k in ("read", "accepted", "quarantined")}
     return {"files": reports, **totals}
 

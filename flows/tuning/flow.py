@@ -9,7 +9,7 @@ from typing import Any
 from prefect import flow, task
 
 from cache_runtime.heat import DecayParams
-from flows.bench.traces import load_trace
+from flows.bench.traces import AccessTrace, load_trace, trace_from_requests
 from models.heat.tracking import log_tuning_run
 from models.heat.tuning import tune_decay
 
@@ -18,18 +18,27 @@ def decay_params_path(data_dir: str | Path) -> Path:
     return Path(data_dir) / "tuning" / "decay.json"
 
 
+def lake_trace(data_dir: str | Path) -> AccessTrace:
+    """The lake's requests as a trace of KV pages (what the scheduled tuning runs on)."""
+    from data_contracts.lake import Lake
+
+    columns = ["timestamp", "prefix_hashes", "prompt_tokens"]
+    return trace_from_requests(Lake(Path(data_dir) / "lake").read("requests", columns), "lake")
+
+
 @task(name="tune-decay-window")
 def tune_window_task(
-    trace: str, window: int, capacity: float, rounds: int, grid: int
+    trace: str | None, data_dir: str, window: int, capacity: float, rounds: int, grid: int
 ) -> dict[str, Any]:
-    loaded = load_trace(Path(trace), "mooncake").last_requests(window)
+    full = load_trace(Path(trace), "mooncake") if trace else lake_trace(data_dir)
+    loaded = full.last_requests(window)
     entries = max(1, round(capacity * loaded.unique))
     return tune_decay(loaded.accesses, loaded.request_starts, loaded.times, entries, rounds, grid)
 
 
 @flow(name="tune-decay")
 def tune_decay_flow(
-    trace: str,
+    trace: str | None = None,
     data_dir: str = "data",
     mlflow_uri: str = "sqlite:///mlruns/mlflow.db",
     mlflow_artifacts: str = "mlruns/artifacts",
@@ -38,10 +47,12 @@ def tune_decay_flow(
     rounds: int = 10,
     grid: int = 40,
 ) -> dict[str, Any]:
-    """Tune, log, publish. Only a result at least as good as the default is published (the
+    """Tune on the last `window` requests of `trace` (a Mooncake-format file) or, without one,
+    of the lake; log, publish. Only a result at least as good as the default is published (the
     tuner evaluates the default first, so its best never is worse)."""
-    result = tune_window_task(trace, window, capacity, rounds, grid)
-    run_id = log_tuning_run(result, mlflow_uri, Path(mlflow_artifacts), trace)
+    result = tune_window_task(trace, data_dir, window, capacity, rounds, grid)
+    source = trace or str(Path(data_dir) / "lake")
+    run_id = log_tuning_run(result, mlflow_uri, Path(mlflow_artifacts), source)
     best = result["best"]
     DecayParams(half_life_s=best["half_life_s"]).save(
         decay_params_path(data_dir), objective=best["objective"], mlflow_run_id=run_id

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 import redis
-from helpers import run_cli, wait_until
+from helpers import run_cli, wait_until, write_warmable_lake
 
 from cache_runtime.hybrid import HybridCache
 from cache_runtime.keys import ExactKey
@@ -46,23 +46,7 @@ def prefect_api() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def lake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two hours of generated requests, system prompts included, ingested with features."""
-    from flows.features.flow import build_demand_task
-    from flows.ingest.flow import ingest_file_task
-    from flows.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
-
-    root = tmp_path_factory.mktemp("warmup-lake")
-    log = root / "requests.jsonl"
-    write_synthetic_log(log, SyntheticLogSpec(days=2 / 24, requests_per_day=18_000, bursts=1))
-    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
-    for record in records:
-        system = f"You are the {record['tenant']} assistant. Follow the compliance policy. " * 4
-        record["prompt"] = system + record["prompt"]
-    log.write_bytes(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
-    data_dir = root / "data"
-    report = ingest_file_task.fn(str(log), str(data_dir), "auto", "default", None)
-    assert report["accepted"] == len(records)
-    build_demand_task.fn(str(data_dir))
-    return data_dir
+    return write_warmable_lake(tmp_path_factory.mktemp("warmup-lake"))
 
 
 @pytest.fixture(scope="module")

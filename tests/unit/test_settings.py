@@ -53,3 +53,31 @@ def test_invalid_settings_name_the_field(tmp_path: Path, toml: str, message: str
 def test_missing_explicit_config_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="config file not found"):
         load_settings(tmp_path / "nope.toml")
+
+
+def test_serve_settings_from_toml_table_and_nested_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "preheat.toml"
+    config.write_text('[serve]\nprefect_port = 4300\nwarmup_interval_s = 120\n')
+    settings = load_settings(config)
+    assert settings.serve.prefect_port == 4300
+    assert settings.serve.warmup_interval_s == 120
+    assert settings.serve.mlflow_port == 5000  # untouched fields keep their defaults
+    monkeypatch.setenv("PREHEAT_SERVE__PREFECT_PORT", "4400")
+    assert load_settings(config).serve.prefect_port == 4400
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[serve]\nprefect_port = 70000\n", "less than 65536"),
+        ("[serve]\nwork_pool = 'a pool'\n", "should match pattern"),
+        ("[serve]\nprefect_prot = 1\n", "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_serve_settings_name_the_field(tmp_path: Path, toml: str, message: str) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(toml)
+    with pytest.raises(ValidationError, match=message):
+        load_settings(config)

@@ -1,0 +1,1 @@
+"""`preheat serve`: the coordinator's services, the deployments with their schedules, triggers."""
