@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import (
@@ -36,6 +36,10 @@ class ServeSettings(BaseModel):
         warmup_peak_lead_s: how long before each predicted demand peak a warm-up is scheduled.
         flow_retries / flow_retry_delay_s: a deployment's failed flow run is retried this often
             (Prefect's flow retries wait a fixed delay; the tasks inside back off on their own).
+        prefect_database_url: the Prefect server's database (default: sqlite under the data
+            directory; `postgresql+asyncpg://...` for several API servers).
+        prefect_messaging: `memory` (one server) or `redis`: Prefect's events and message cache
+            on the project's Redis (prefect-redis), so several API servers share events.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -58,6 +62,8 @@ class ServeSettings(BaseModel):
     deploy_models_interval_s: int = Field(default=900, gt=0)
     flow_retries: int = Field(default=2, ge=0)
     flow_retry_delay_s: int = Field(default=60, ge=0)
+    prefect_database_url: str | None = None
+    prefect_messaging: Literal["memory", "redis"] = "memory"
 
 
 class Settings(BaseSettings):

@@ -128,16 +128,40 @@ def http_ok(url: str, expect: Callable[[httpx.Response], bool] | None = None) ->
     return check
 
 
-def prefect_server(host: str, port: int, home: Path, log_dir: Path) -> ManagedProcess:
-    """`prefect server start` with its database under `home` (the project's, not ~/.prefect)."""
+def redis_messaging_env(redis_url: str) -> dict[str, str]:
+    """Prefect's event bus and message cache on Redis (prefect-redis) instead of in memory.
+
+    With it, several API servers (`services=False` replicas behind a load balancer) share one
+    event stream: an event any of them receives reaches the one running the services (the
+    event persister, triggers, automations). Without it each server's events stay in its own
+    memory. The database must be shared too (PostgreSQL in production, see README).
+    """
+    return {
+        "PREFECT_MESSAGING_BROKER": "prefect_redis.messaging",
+        "PREFECT_MESSAGING_CACHE": "prefect_redis.messaging",
+        "PREFECT_REDIS_MESSAGING_URL": redis_url,
+    }
+
+
+def prefect_server(
+    host: str, port: int, home: Path, log_dir: Path, *,
+    database_url: str | None = None, messaging_redis: str | None = None, services: bool = True,
+) -> ManagedProcess:  # fmt: skip
+    """`prefect server start`; its database under `home` (the project's, not ~/.prefect) unless
+    `database_url` names one (PostgreSQL: `postgresql+asyncpg://...`)."""
     home.mkdir(parents=True, exist_ok=True)
     env = {
         "PREFECT_HOME": str(home),
-        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
+        "PREFECT_API_DATABASE_CONNECTION_URL": database_url
+        or f"sqlite+aiosqlite:///{home / 'prefect.db'}",
         "PREFECT_UI_API_URL": f"http://{host}:{port}/api",
+        **(redis_messaging_env(messaging_redis) if messaging_redis else {}),
     }
     args = [str(BIN / "prefect"), "server", "start", "--host", host, "--port", str(port)]
-    return ManagedProcess("prefect server", args, log_dir / "prefect-server.log", env)
+    if not services:
+        args.append("--no-services")
+    name = "prefect server" if services else f"prefect api replica :{port}"
+    return ManagedProcess(name, args, log_dir / f"prefect-server-{port}.log", env)
 
 
 def prefect_worker(

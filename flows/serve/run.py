@@ -107,8 +107,10 @@ def port_in_use(host: str, port: int) -> bool:
 
 def _check_ports(settings: Settings) -> None:
     serve = settings.serve
-    for what, port in (("prefect_port", serve.prefect_port), ("mlflow_port", serve.mlflow_port),
-                       ("redis_port", serve.redis_port)):  # fmt: skip
+    ports = [("prefect_port", serve.prefect_port), ("mlflow_port", serve.mlflow_port)]
+    if settings.redis_url is None:  # the project's own Redis is started only without one
+        ports.append(("redis_port", serve.redis_port))
+    for what, port in ports:
         if port_in_use(serve.host, port):
             env = f"PREHEAT_SERVE__{what.upper()}"
             raise ServeError(
@@ -162,16 +164,20 @@ class Platform:
             _check_ports(self.settings)
             from cache_runtime.services import RedisServer
 
-            server = prefect_server(serve.host, serve.prefect_port, prefect_home, self.dir)
+            if redis_url is None:
+                self.redis = RedisServer(port=serve.redis_port).start()
+                redis_url = self.redis.url
+            server = prefect_server(
+                serve.host, serve.prefect_port, prefect_home, self.dir,
+                database_url=serve.prefect_database_url,
+                messaging_redis=redis_url if serve.prefect_messaging == "redis" else None,
+            )  # fmt: skip
             api_url = f"http://{serve.host}:{serve.prefect_port}/api"
             mlflow_proc = mlflow_ui(
                 serve.host, serve.mlflow_port, self._mlflow_uri(), self._artifacts(), self.dir,
                 opts.root,
             )  # fmt: skip
             self.processes += [server.start(), mlflow_proc.start()]
-            if redis_url is None:
-                self.redis = RedisServer(port=serve.redis_port).start()
-                redis_url = self.redis.url
             server.wait_ready(http_ok(f"{api_url}/health"), serve.startup_timeout_s)
             mlflow_proc.wait_ready(
                 http_ok(f"http://{serve.host}:{serve.mlflow_port}/health"),

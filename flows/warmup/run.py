@@ -60,13 +60,21 @@ class BackendSpec:
             raise ValueError("the openai backend needs a base URL and a served model name")
 
 
-def open_backend(spec: BackendSpec) -> Any:
-    """The backend `spec` names: a local HF directory, else the registry's `preheat-llm`
-    champion; an OpenAI-compatible server; or the null backend (a dry run).
+def open_backend(
+    spec: BackendSpec, data_dir: str | Path | None = None, node: str | None = None
+) -> Any:
+    """The backend `spec` names: a local HF directory, else the `preheat-llm` version deployed
+    on `node` (default: this host) under `data_dir`, else the registry's champion; an
+    OpenAI-compatible server; or the null backend (a dry run).
+
+    The deployed copy comes before the registry: warm-up must fill pages for the weights the
+    node serves (pages are keyed by their fingerprint), which are the deployed version until
+    the next `deploy-models` run, even after the alias has moved; and it loads from local disk.
 
     Raises:
-        LookupError: hf without a model path and no registered champion.
+        LookupError: hf without a model path, nothing deployed, and no registered champion.
     """
+    from models.deployment import LLM_MODEL, deployed_model, node_name
     from models.llm.backends import HFBackend, OpenAICompatibleBackend
 
     if spec.kind == "null":
@@ -75,6 +83,12 @@ def open_backend(spec: BackendSpec) -> Any:
         return OpenAICompatibleBackend(str(spec.base_url), str(spec.model_name))
     if spec.model_path:
         return HFBackend.from_path(spec.model_path)
+    deployed = deployed_model(data_dir, LLM_MODEL, node) if data_dir is not None else None
+    if deployed is not None:
+        entry, path = deployed
+        backend = HFBackend.from_path(path)
+        backend.source = f"{LLM_MODEL} version {entry.version} deployed on {node_name(node)}"
+        return backend
     uri = spec.mlflow_uri or Settings().mlflow_uri
     if missing_sqlite_store(uri):  # looking would create the store
         raise LookupError(
@@ -119,7 +133,7 @@ def shared_resources(spec: NodeResources) -> tuple[Any, Any]:
             settings = Settings(data_dir=Path(spec.data_dir), redis_url=spec.redis_url)
             cache = node_cache(settings, spec.memory_bytes, spec.ssd_bytes)
             try:
-                _OPENED[spec] = (open_backend(spec.backend), cache)
+                _OPENED[spec] = (open_backend(spec.backend, spec.data_dir), cache)
             except BaseException:
                 cache.close()
                 raise

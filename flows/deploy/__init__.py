@@ -1,0 +1,1 @@
+"""Deploying the registered champions to serving nodes, and recording which runs where."""
