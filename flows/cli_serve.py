@@ -45,9 +45,10 @@ def serve_command(
     from flows.serve.run import ServeError, ServeOptions, ServeState, serve
 
     settings = settings_from(config, data_dir)
+    if worker_only and not pool:
+        raise CliError("--worker-only needs this node's own --pool (and --api-url of the "
+                       "coordinator when it runs elsewhere)")  # fmt: skip
     pool = pool or settings.serve.work_pool
-    if worker_only and pool == settings.serve.work_pool and not api_url:
-        raise CliError("--worker-only needs --api-url (the coordinator) and this node's --pool")
     options = ServeOptions(
         root=Path.cwd(), pool=pool, node=node or socket.gethostname(),
         worker_only=worker_only, api_url=api_url,

@@ -47,12 +47,16 @@ def _serve_env(ports: dict[str, int]) -> dict[str, str]:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     import torch
 
-    from models.llm.registry import save_tiny_llm
+    from models.llm.registry import register_llm, save_tiny_llm
 
     root = tmp_path_factory.mktemp("project")
     write_warmable_lake(root)
     torch.set_num_threads(1)
     save_tiny_llm(root / "llm")
+    # the registry the deployments use: the project's default store, resolved under its root
+    register_llm(
+        root / "llm", f"sqlite:///{root / 'mlruns' / 'mlflow.db'}", root / "mlruns" / "artifacts"
+    )
     ports = {"prefect_port": free_port(), "mlflow_port": free_port(), "redis_port": free_port()}
     env = _serve_env(ports)
     stdout = root / "serve.out"
@@ -172,6 +176,63 @@ def test_trigger_rejects_unknown_deployments_and_parameters(served: Served) -> N
     assert "warmup/preheat" in unknown.stderr  # the known ones are listed
     bad = run_cli("trigger", "warmup", "--param", "bogus=1", cwd=served.root)
     assert bad.returncode == 2 and "unknown parameter(s) bogus" in bad.stderr
+
+
+def test_deploy_models_puts_the_champion_on_the_node_and_records_it(served: Served) -> None:
+    import socket
+
+    from mlflow import MlflowClient
+    from prefect.deployments import run_deployment
+
+    from models.deployment import deployed_tag, read_manifest
+
+    with _api(served.state.prefect_api):
+        run = run_deployment(
+            "deploy-models/preheat", parameters={"models": ["preheat-llm"]}, timeout=300
+        )
+    assert run.state is not None and run.state.is_completed(), run.state
+    node = socket.gethostname()
+    manifest = read_manifest(served.root / "data", node)
+    assert manifest["preheat-llm"].version == "1"
+    client = MlflowClient(f"sqlite:///{served.root / 'mlruns' / 'mlflow.db'}")
+    version = client.get_model_version("preheat-llm", "1")
+    assert deployed_tag(node) in version.tags
+
+
+def test_a_serving_node_runs_its_own_deployments_on_its_own_pool(
+    served: Served, tmp_path: Path
+) -> None:
+    """`preheat serve --pool node-a --worker-only`: the node registers its node-local
+    deployments on its pool, and only its worker can run them (no other worker polls node-a)."""
+    from prefect.deployments import run_deployment
+
+    from models.deployment import read_manifest
+
+    env = {**served.env, "PREHEAT_MLFLOW_URI": served.state.mlflow_ui or ""}
+    node = subprocess.Popen(
+        [PREHEAT, "serve", "--pool", "node-a", "--worker-only", "--node", "node-a",
+         "--api-url", served.state.prefect_api],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    state_file = tmp_path / "data" / "serve" / "node-a.json"
+    try:
+        wait_until(lambda: state_file.is_file() or node.poll() is not None, timeout_s=120)
+        assert node.poll() is None, node.stdout.read() if node.stdout else ""
+        state = ServeState.load(state_file)
+        assert state is not None
+        assert state.deployments == ["deploy-models/node-a", "warmup/node-a"]
+        with _api(served.state.prefect_api):
+            run = run_deployment(
+                "deploy-models/node-a", parameters={"models": ["preheat-llm"]}, timeout=300
+            )
+        assert run.state is not None and run.state.is_completed(), run.state
+        assert run.work_pool_name == "node-a"
+        # the node's copy, fetched through the coordinator's MLflow server
+        assert read_manifest(tmp_path / "data", "node-a")["preheat-llm"].version == "1"
+    finally:
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(timeout=60) == 0
+    assert not state_file.exists()
 
 
 def test_sigterm_stops_every_service_and_removes_the_state(served: Served) -> None:
