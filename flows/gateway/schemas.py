@@ -1,0 +1,125 @@
+"""The OpenAI request bodies the gateway accepts (pydantic), and its one error type.
+
+Unknown fields are kept (`extra="allow"`), not dropped: a field the gateway does not know may
+change the answer (`logit_bias`, `response_format`), so it is forwarded to an upstream server
+and made part of the response-cache key there, and refused by the in-process model, which
+cannot honour it (see `validity.py`). Silently ignoring it would cache — and serve — an answer
+to a different request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GatewayError(Exception):
+    """A request the gateway answers with an OpenAI-shaped error body and this HTTP status."""
+
+    def __init__(self, status: int, message: str, kind: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+
+
+def bad_request(message: str, param: str | None = None) -> GatewayError:
+    return GatewayError(400, message, "invalid_request_error", param)
+
+
+class Message(BaseModel):
+    """A chat message; `content` as a string or as text parts (other part types are refused)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: str = Field(min_length=1)
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad_request("only text content parts are supported", "messages")
+            parts.append(part["text"])
+        return "".join(parts)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class GenerationRequest(BaseModel):
+    """What completions and chat share: the model, decoding, delivery and the cache opt-out."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)  # OpenAI's default: sampling
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None  # metadata only: never the tenant
+    cache: bool = True  # `extra_body={"cache": False}` opts this request out of caching
+
+    def extras(self) -> dict[str, Any]:
+        """Fields this model does not declare, with a value (None counts as absent)."""
+        return {k: v for k, v in (self.model_extra or {}).items() if v is not None}
+
+
+class CompletionRequest(GenerationRequest):
+    prompt: str | list[str]
+
+    def prompt_text(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if len(self.prompt) != 1:
+            raise bad_request("send one prompt per request", "prompt")
+        return self.prompt[0]
+
+
+class ChatRequest(GenerationRequest):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)  # the newer name of max_tokens
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    input: str | list[str]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
+    cache: bool = True
+
+    def texts(self) -> list[str]:
+        texts = [self.input] if isinstance(self.input, str) else list(self.input)
+        if not texts or any(not t for t in texts):
+            raise bad_request("input must be a non-empty string or list of them", "input")
+        return texts
+
+
+class InvalidateRequest(BaseModel):
+    """Drop one tenant's cached answers: one entry by its key string, everything a request's
+    answer could be served from (`request`: its body, as the client sent it), or a template's
+    semantic entries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(min_length=1)
+    key: str | None = None
+    request: dict[str, Any] | None = None
+    template_id: str | None = Field(None, min_length=1)
+
+    def what(self) -> str:
+        given = [n for n in ("key", "request", "template_id") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise bad_request("give exactly one of key, request, template_id")
+        return given[0]

@@ -1,0 +1,176 @@
+"""`Gateway`: the state behind the routes, and what each route does with a request.
+
+Plain methods over injected parts (runner, cache, embedder, log producer), so the app
+(`app.py`) is only HTTP: parse, call, format.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cache_runtime.keys import parse_key
+from flows.gateway.auth import KeyRing, Principal, bearer
+from flows.gateway.chain import Chain, Served
+from flows.gateway.runners import Job, prefix_hashes
+from flows.gateway.schemas import (
+    ChatRequest,
+    CompletionRequest,
+    GatewayError,
+    GenerationRequest,
+    InvalidateRequest,
+    bad_request,
+)
+from flows.gateway.validity import decoding_of
+
+if TYPE_CHECKING:
+    from cache_runtime.hybrid import HybridCache
+    from cache_runtime.request_stream import RequestLogProducer
+    from flows.gateway.embeddings import EmbeddingService
+    from flows.gateway.metrics import GatewayMetrics
+
+log = logging.getLogger(__name__)
+OPT_OUT_VALUES = frozenset({"off", "bypass", "no-store", "false", "0"})
+
+
+def opted_out(body_cache: bool, header: str | None) -> bool:
+    """`cache: false` in the body or `x-preheat-cache: off` on the request."""
+    return not body_cache or (header or "").strip().lower() in OPT_OUT_VALUES
+
+
+@dataclass
+class Gateway:
+    keys: KeyRing
+    chain: Chain
+    cache: HybridCache
+    metrics: GatewayMetrics
+    served_model: str
+    default_max_tokens: int
+    embeddings: EmbeddingService | None = None
+    producer: RequestLogProducer | None = None
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    # -- who --------------------------------------------------------------------------------
+
+    def principal(self, authorization: str | None) -> Principal:
+        found = self.keys.identify(bearer(authorization))
+        if found is None:
+            raise GatewayError(401, "Incorrect or missing API key.", "invalid_api_key")
+        return found
+
+    def tenant(self, authorization: str | None) -> str:
+        found = self.principal(authorization)
+        if found.tenant is None:
+            raise GatewayError(403, "an admin key cannot make model requests", "permission_denied")
+        return found.tenant
+
+    def admin(self, authorization: str | None) -> None:
+        if not self.principal(authorization).admin:
+            raise GatewayError(403, "this endpoint needs an admin key", "permission_denied")
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def job(self, route: str, request: GenerationRequest) -> Job:
+        if request.model != self.served_model:
+            raise GatewayError(404, f"The model `{request.model}` does not exist.",
+                               "model_not_found", "model")  # fmt: skip
+        decoding = decoding_of(request, self.default_max_tokens)
+        if isinstance(request, ChatRequest):
+            return self.chain.runner.job(route, None, request.messages, decoding)
+        assert isinstance(request, CompletionRequest)
+        return self.chain.runner.job(route, request.prompt_text(), None, decoding)
+
+    def generate(
+        self, route: str, request: GenerationRequest, tenant: str, header: str | None
+    ) -> Served:
+        started = time.perf_counter()
+        job = self.job(route, request)
+        served = self.chain.serve(tenant, job, not opted_out(request.cache, header))
+        self.log(tenant, route, job, served, started)
+        return served
+
+    def log(self, tenant: str, route: str, job: Job, served: Served, started: float) -> None:
+        """One record on the live stream; a failure here is counted, never raised."""
+        if self.producer is None:
+            return
+        try:
+            ids = served.prompt_ids
+            if ids is None:
+                ids = self.chain.runner.tokens(job.key_text)
+            self.producer.log_request(
+                tenant=tenant, request_id=uuid.uuid4().hex, prompt=job.text,
+                prompt_tokens=served.prompt_tokens, output_tokens=served.completion_tokens,
+                prefix_hashes=prefix_hashes(ids), template_id=served.template, route=route,
+                latency_ms=(time.perf_counter() - started) * 1000,
+            )  # fmt: skip
+        except Exception:
+            log.exception("request log failed")
+            self.metrics.degraded.labels("request_log").inc()
+
+    def log_embeddings(
+        self, tenant: str, texts: list[str], tokens: list[int], started: float
+    ) -> None:
+        if self.producer is None:
+            return
+        try:
+            latency = (time.perf_counter() - started) * 1000
+            for text, count in zip(texts, tokens, strict=True):
+                self.producer.log_request(
+                    tenant=tenant, request_id=uuid.uuid4().hex, prompt=text,
+                    prompt_tokens=count, output_tokens=0,
+                    route="embeddings", latency_ms=latency,
+                )  # fmt: skip
+        except Exception:
+            log.exception("request log failed")
+            self.metrics.degraded.labels("request_log").inc()
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    def invalidate(self, body: InvalidateRequest) -> dict[str, Any]:
+        """Drop one tenant's entries (see `InvalidateRequest`); says how many were held."""
+        tenant = body.tenant
+        if tenant not in self.keys.tenants:
+            raise bad_request(f"unknown tenant {tenant!r}", "tenant")
+        what = body.what()
+        semantic = self.chain.semantic
+        model_id = self.chain.runner.model_id
+        if what == "key":
+            try:
+                key = parse_key(str(body.key))
+            except ValueError as error:
+                raise bad_request(str(error), "key") from None
+            if key.tenant != tenant:
+                raise bad_request("the key belongs to another tenant", "key")
+            return {"tenant": tenant, "exact": int(self.cache.delete(key)), "semantic": 0}
+        if what == "template_id":
+            found = semantic.invalidate_template(tenant, model_id, str(body.template_id)) if (
+                semantic is not None
+            ) else 0  # fmt: skip
+            return {"tenant": tenant, "exact": 0, "semantic": found}
+        request = {"model": self.served_model, **(body.request or {})}
+        try:
+            parsed: GenerationRequest = (
+                ChatRequest.model_validate(request) if "messages" in request
+                else CompletionRequest.model_validate(request)
+            )  # fmt: skip
+        except ValueError as error:
+            raise bad_request(f"request: {' '.join(str(error).split())[:300]}") from None
+        route = "chat" if isinstance(parsed, ChatRequest) else "completions"
+        job = self.job(route, parsed)
+        exact = self.cache.delete(self.chain.exact_key(tenant, job))
+        found = 0
+        if semantic is not None and job.question is not None:
+            template = semantic.template_of(tenant, job.text)
+            found = semantic.invalidate_prompt(tenant, model_id, job.question, template)
+        return {"tenant": tenant, "exact": int(exact), "semantic": found}
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            try:
+                close()
+            except Exception:
+                log.exception("closing a gateway resource failed")
