@@ -6,10 +6,12 @@ Zipf-like predicted hits and budgets that hold roughly a third of what is offere
 constraint (tiers, compute, deadline, parents) binds somewhere. Prints one JSON object; the
 goal is planning in under 2 s (best of 3 runs, validation included). Under "orchestration":
 the milliseconds the `warmup` flow's Prefect machinery adds per warmed item (goal: under 5 ms),
-measured with a backend that warms nothing (`measure_orchestration_overhead`).
+measured with a backend that warms nothing (`measure_orchestration_overhead`), with the
+default task runner (threads in the flow's process) and with the Dask runner of
+`flows.warmup.dask_flow` (worker processes), side by side.
 
 Usage: python benchmarks/warmup.py [--candidates 100000] [--seed 0] [--repeats 3]
-       [--orchestration-items 2000] [--batch-size 32]
+       [--orchestration-items 2000] [--batch-size 32] [--dask-workers 2]
 """
 
 from __future__ import annotations
@@ -140,15 +142,18 @@ def _resources(directory: Path) -> Any:
     return NodeResources(BackendSpec("null"), str(directory), None, 1 << 20, 1 << 20)
 
 
-def _timed_flow_run(items: list[Any], directory: Path, batch_size: int, concurrency: int) -> float:
+def _timed_flow_run(
+    items: list[Any], directory: Path, batch_size: int, concurrency: int, runner: Any = None
+) -> float:
     """Seconds for one flow run that executes `items` the way `warmup` does (node slots,
-    batches as tasks, the ledger), planning left out; measured around the whole call."""
+    batches as tasks, the ledger), planning left out; measured around the whole call.
+    `runner`: the flow's task runner (None: Prefect's default, threads in this process)."""
     from prefect import flow
 
     from flows.warmup.flow import ensure_node_limit, node_slots, submit_batches
     from flows.warmup.run import dependency_batches, open_job, release_resources, summarise_run
 
-    @flow(name="warmup-orchestration-bench")
+    @flow(name="warmup-orchestration-bench", task_runner=runner)
     def run() -> dict[str, Any]:
         opened = open_job(items, _resources(directory))
         occupy = min(concurrency, ensure_node_limit("warmup-bench", concurrency))
@@ -167,17 +172,52 @@ def _timed_flow_run(items: list[Any], directory: Path, batch_size: int, concurre
     return seconds
 
 
-def measure_orchestration_overhead(
-    items: int = 2000, batch_size: int = 32, concurrency: int = 2
-) -> dict[str, Any] | None:
-    """Milliseconds of Prefect orchestration per warmed item (goal: under 5 ms).
+def _dask_arm(
+    items: int, root: Path, batch_size: int, concurrency: int, workers: int
+) -> dict[str, Any]:
+    """The flow run of `_timed_flow_run` with the Dask runner, two ways.
 
-    The same `items` null-backend items are executed twice: by the plain batch loop the CLI
-    uses (`warm_locally`: ledger, cache, no Prefect) and by a flow on a running Prefect API
+    Steady state (`flow_s`): on a LocalCluster of `workers` processes started once, reached by
+    address, after a first run that lets each worker import the warm-up code and open its
+    resources — a deployment on a long-lived cluster (`PREHEAT_DASK_ADDRESS`). Cold
+    (`temporary_s`): the runner a deployment gets by default, which starts its own
+    LocalCluster for the run and stops it after, so cluster start, worker imports and
+    resource opening all count.
+    """
+    from distributed import LocalCluster
+
+    from flows.warmup.dask_flow import dask_task_runner, local_cluster_kwargs
+
+    started = time.perf_counter()
+    with LocalCluster(**local_cluster_kwargs(workers)) as cluster:
+        cluster.wait_for_workers(workers, timeout=120)
+        cluster_s = time.perf_counter() - started
+        runner = dask_task_runner(cluster.scheduler_address, workers)
+        first = _null_items(batch_size * workers * 2, "dask-first")  # a batch or more each
+        first_s = _timed_flow_run(first, root / "dask-first", batch_size, concurrency, runner)
+        flow_s = _timed_flow_run(_null_items(items, "dask"), root / "dask", batch_size,
+                                 concurrency, runner)  # fmt: skip
+    temporary = dask_task_runner(None, workers)  # a cluster of its own, for this run only
+    temporary_s = _timed_flow_run(_null_items(items, "dask-temporary"), root / "dask-temporary",
+                                  batch_size, concurrency, temporary)  # fmt: skip
+    return {"flow_s": flow_s, "first_s": first_s, "cluster_s": cluster_s,
+            "temporary_s": temporary_s}  # fmt: skip
+
+
+def measure_orchestration_overhead(
+    items: int = 2000, batch_size: int = 32, concurrency: int = 2, dask_workers: int = 2
+) -> dict[str, Any] | None:
+    """Milliseconds of Prefect orchestration per warmed item (goal: under 5 ms), with the
+    default task runner and, when `dask_workers` > 0, with the Dask runner.
+
+    The same `items` null-backend items are executed by the plain batch loop the CLI uses
+    (`warm_locally`: ledger, cache, no Prefect) and by a flow on a running Prefect API
     (`prefect_test_harness`, started here; one warm-up flow run first, so the measured run
     sees a running server and warm clients, as a deployment's runs do). The difference per
-    item is what orchestration costs: flow and task runs, state updates, the node's slots.
-    Returns None when `items` is 0.
+    item is what orchestration costs: flow and task runs, state updates, the node's slots —
+    and with Dask, shipping each batch and its Prefect context to a worker process, which
+    reports its task run's states to the API itself (`_dask_arm`). Returns None when
+    `items` is 0.
     """
     if items <= 0:
         return None
@@ -204,18 +244,40 @@ def measure_orchestration_overhead(
                                       batch_size, concurrency)  # fmt: skip
             flow_s = _timed_flow_run(_null_items(items, "flow"), root / "flow", batch_size,
                                      concurrency)  # fmt: skip
+            dask = (_dask_arm(items, root, batch_size, concurrency, dask_workers)
+                    if dask_workers > 0 else None)  # fmt: skip
+
+    def ms(seconds: float) -> float:
+        return round(seconds / items * 1000, 4)
+
     per_item_ms = (flow_s - direct_s) / items * 1000
-    return {
+    result: dict[str, Any] = {
         "items": items,
         "batch_size": batch_size,
         "concurrency": concurrency,
-        "direct_ms_per_item": round(direct_s / items * 1000, 4),
-        "flow_ms_per_item": round(flow_s / items * 1000, 4),
+        "direct_ms_per_item": ms(direct_s),
+        "flow_ms_per_item": ms(flow_s),
         "orchestration_ms_per_item": round(per_item_ms, 4),
         "first_flow_run_s": round(first_s, 3),
         "goal_ms": ORCHESTRATION_GOAL_MS,
         "goal_met": per_item_ms < ORCHESTRATION_GOAL_MS,
     }
+    if dask is not None:
+        dask_ms = (dask["flow_s"] - direct_s) / items * 1000
+        result |= {
+            "dask_flow_ms_per_item": ms(dask["flow_s"]),
+            "dask_orchestration_ms_per_item": round(dask_ms, 4),
+            "dask_goal_met": dask_ms < ORCHESTRATION_GOAL_MS,
+            "dask": {
+                "workers": dask_workers,
+                "cluster": "LocalCluster, processes, 1 thread each, 127.0.0.1",
+                "cluster_start_s": round(dask["cluster_s"], 3),
+                "first_flow_run_s": round(dask["first_s"], 3),
+                "temporary_cluster_flow_ms_per_item": ms(dask["temporary_s"]),
+                "temporary_cluster_orchestration_ms_per_item": ms(dask["temporary_s"] - direct_s),
+            },
+        }
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,12 +290,18 @@ def main(argv: list[str] | None = None) -> int:
         help="null-backend items for the Prefect overhead measurement (0: skip it)",
     )  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--dask-workers", type=int, default=2,
+        help="worker processes of the Dask arm of the overhead measurement (0: skip it)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.candidates < 100 or args.repeats < 1 or args.batch_size < 1:
         parser.error("--candidates must be >= 100, --repeats and --batch-size >= 1")
+    if args.dask_workers < 0:
+        parser.error("--dask-workers must be >= 0")
     result = measure_planning(args.candidates, args.seed, args.repeats)
     result["orchestration"] = measure_orchestration_overhead(
-        args.orchestration_items, args.batch_size
+        args.orchestration_items, args.batch_size, dask_workers=args.dask_workers
     )
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
     return 0

@@ -40,6 +40,9 @@ class ServeSettings(BaseModel):
             directory; `postgresql+asyncpg://...` for several API servers).
         prefect_messaging: `memory` (one server) or `redis`: Prefect's events and message cache
             on the project's Redis (prefect-redis), so several API servers share events.
+        warmup_runner: `threads` (one process) or `dask`: the scheduled warm-up fans its batches
+            out over Dask (`PREHEAT_DASK_ADDRESS`, else a local cluster of
+            `PREHEAT_DASK_WORKERS` processes; see `flows/warmup/dask_flow.py`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -60,10 +63,12 @@ class ServeSettings(BaseModel):
     warmup_peak_lead_s: int = Field(default=600, ge=0)
     peak_planning_interval_s: int = Field(default=3600, gt=0)
     deploy_models_interval_s: int = Field(default=900, gt=0)
+    drift_interval_s: int = Field(default=3600, gt=0)
     flow_retries: int = Field(default=2, ge=0)
     flow_retry_delay_s: int = Field(default=60, ge=0)
     prefect_database_url: str | None = None
     prefect_messaging: Literal["memory", "redis"] = "memory"
+    warmup_runner: Literal["threads", "dask"] = "threads"
 
 
 class Settings(BaseSettings):

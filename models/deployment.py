@@ -221,6 +221,19 @@ def resolve_versions(tracking_uri: str, names: Sequence[str], alias: str) -> dic
     return versions
 
 
+def registered_models(tracking_uri: str, names: Sequence[str], alias: str) -> list[str]:
+    """The names that have an `alias` version now (the scheduled deploy skips the others: a new
+    install has no champion yet, and that is not a failure worth a red run every 15 minutes)."""
+    present = []
+    for name in names:
+        try:
+            resolve_versions(tracking_uri, [name], alias)
+        except LookupError:
+            continue
+        present.append(name)
+    return present
+
+
 def prepare_deployment(
     node: str | None,
     data_dir: str | Path,

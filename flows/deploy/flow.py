@@ -26,6 +26,7 @@ from models.deployment import (
     deploy_model,
     prepare_deployment,
     raise_for_failures,
+    registered_models,
 )
 
 
@@ -56,6 +57,7 @@ def deploy_models_flow(
     models: list[str] | None = None,
     alias: str = "champion",
     device: str = "auto",
+    skip_unregistered: bool = False,
 ) -> dict[str, Any]:
     """Bring this node to the `alias` version of each model (default: the forecaster and
     `preheat-llm`); returns the node, its device and one outcome per model.
@@ -64,10 +66,18 @@ def deploy_models_flow(
         LookupError: an unknown model or alias (no node was changed).
         DeploymentFailed: a model failed its check (its running version stayed).
     """
-    target, versions = resolve_task(
-        node, data_dir, mlflow_uri, mlflow_artifacts, list(models or DEFAULT_MODELS), alias, device
-    )
     logger = get_run_logger()
+    names = list(models or DEFAULT_MODELS)
+    if skip_unregistered:  # the scheduled deployment: deploy what is registered, skip the rest
+        present = registered_models(mlflow_uri, names, alias)
+        for name in sorted(set(names) - set(present)):
+            logger.warning("no %s@%s registered in %s yet: skipped", name, alias, mlflow_uri)
+        if not present:
+            return {"node": node, "skipped": f"no model of {names} registered as @{alias} yet"}
+        names = present
+    target, versions = resolve_task(
+        node, data_dir, mlflow_uri, mlflow_artifacts, names, alias, device
+    )
     outcomes = []
     for name, version in versions.items():
         outcome = deploy_task(target, name, version)

@@ -59,7 +59,10 @@ def deployment_specs(
         "mlflow_artifacts": str((root / settings.mlflow_artifacts).resolve()),
     }
     lake = {"data_dir": data_dir}
-    warm = {**lake, "mlflow_uri": mlflow["mlflow_uri"], "redis_url": redis_url, "node": node}
+    warm = {
+        **lake, "mlflow_uri": mlflow["mlflow_uri"], "redis_url": redis_url, "node": node,
+        "skip_if_empty": True,
+    }  # fmt: skip
     specs = [
         DeploymentSpec(
             "ingest", "Ingest the log files dropped into <data_dir>/inbox (re-reads add nothing).",
@@ -75,14 +78,15 @@ def deployment_specs(
         ),
         DeploymentSpec(
             "tune_decay", "Tune the heat half-life on the latest requests of the lake.",
-            {**lake, **mlflow}, interval_s=serve.tune_decay_interval_s,
+            {**lake, **mlflow, "skip_if_empty": True}, interval_s=serve.tune_decay_interval_s,
         ),
         DeploymentSpec(
             "mine_templates", "Mine prompt templates and register them.", {**lake, **mlflow},
             cron=serve.mine_templates_cron,
         ),
         DeploymentSpec(
-            "warmup", "Plan a budgeted warm-up from the forecast and warm this node's cache.",
+            "warmup" if serve.warmup_runner == "threads" else "warmup_dask",
+            "Plan a budgeted warm-up from the forecast and warm this node's cache.",
             warm, interval_s=serve.warmup_interval_s, node_local=True,
         ),
         DeploymentSpec(
@@ -92,8 +96,16 @@ def deployment_specs(
             interval_s=serve.peak_planning_interval_s,
         ),
         DeploymentSpec(
+            "check_drift",
+            "Compare the latest hour with the champion's training window (Evidently); retrain "
+            "on drift.",
+            {**lake, **mlflow, "retrain_deployment": f"train-forecaster/{pool}"},
+            interval_s=serve.drift_interval_s,
+        ),
+        DeploymentSpec(
             "deploy_models", "Load the champion models onto this node's device.",
-            {**lake, **mlflow, "node": node}, interval_s=serve.deploy_models_interval_s,
+            {**lake, **mlflow, "node": node, "skip_unregistered": True},
+            interval_s=serve.deploy_models_interval_s,
             node_local=True,
         ),
     ]  # fmt: skip

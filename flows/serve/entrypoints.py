@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from cache_runtime.settings import load_settings
 from flows.deploy.flow import deploy_models_flow
+from flows.drift.flow import check_drift_flow
 from flows.features.flow import features_flow
 from flows.forecast.flow import train_forecaster_flow
 from flows.ingest.flow import ingest_flow, ingest_stream_flow
 from flows.serve.peaks import plan_peak_warmups_flow
 from flows.templates.flow import mine_templates_flow
 from flows.tuning.flow import tune_decay_flow
+from flows.warmup.dask_flow import warmup_dask_flow
 from flows.warmup.flow import warmup_flow
 
 _policy = load_settings().serve
@@ -31,5 +33,7 @@ train_forecaster = train_forecaster_flow.with_options(**_retry)
 tune_decay = tune_decay_flow.with_options(**_retry)
 mine_templates = mine_templates_flow.with_options(**_retry)
 warmup = warmup_flow.with_options(**_retry)
+warmup_dask = warmup_dask_flow.with_options(**_retry)  # the same flow, batches on Dask
 plan_peak_warmups = plan_peak_warmups_flow.with_options(**_retry)
 deploy_models = deploy_models_flow.with_options(**_retry)
+check_drift = check_drift_flow.with_options(**_retry)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 
 from cache_runtime.heat import DecayParams
-from flows.bench.traces import AccessTrace, load_trace, trace_from_requests
+from flows.bench.traces import AccessTrace, TraceError, load_trace, trace_from_requests
 from models.heat.tracking import log_tuning_run
 from models.heat.tuning import tune_decay
 
@@ -46,11 +46,19 @@ def tune_decay_flow(
     capacity: float = 0.1,
     rounds: int = 10,
     grid: int = 40,
+    skip_if_empty: bool = False,
 ) -> dict[str, Any]:
     """Tune on the last `window` requests of `trace` (a Mooncake-format file) or, without one,
     of the lake; log, publish. Only a result at least as good as the default is published (the
-    tuner evaluates the default first, so its best never is worse)."""
-    result = tune_window_task(trace, data_dir, window, capacity, rounds, grid)
+    tuner evaluates the default first, so its best never is worse). `skip_if_empty` (the
+    scheduled deployment) completes without tuning while the lake has no prefix hashes yet."""
+    try:
+        result = tune_window_task(trace, data_dir, window, capacity, rounds, grid)
+    except TraceError as err:
+        if not (skip_if_empty and trace is None):
+            raise
+        get_run_logger().warning("nothing to tune on: %s", err)
+        return {"skipped": str(err)}
     source = trace or str(Path(data_dir) / "lake")
     run_id = log_tuning_run(result, mlflow_uri, Path(mlflow_artifacts), source)
     best = result["best"]

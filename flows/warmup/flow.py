@@ -38,7 +38,7 @@ from prefect.utilities.annotations import allow_failure
 
 from flows.warmup.execute import WarmItem, resolve_items
 from flows.warmup.plan import Budgets
-from flows.warmup.prepare import PlanOptions, plan_from_lake
+from flows.warmup.prepare import EmptyLake, PlanOptions, plan_from_lake
 from flows.warmup.run import (
     MB,
     BackendSpec,
@@ -161,8 +161,12 @@ def warmup_flow(
     batch_size: int = 32,
     max_concurrency: int = 2,
     node: str | None = None,
+    skip_if_empty: bool = False,
 ) -> dict[str, Any]:
     """Plan a warm-up and execute it; returns the run's summary (and the plan's under "plan").
+
+    `skip_if_empty` (the scheduled deployments set it) turns "the lake holds no requests yet"
+    into a completed run that says so, instead of a failure every ten minutes on a new install.
 
     Raises:
         WarmupIncomplete: items still failed after the retries; rerun to resume them.
@@ -172,7 +176,13 @@ def warmup_flow(
         redis_bytes=int(redis_mb * MB), compute_s=compute_s, deadline_s=deadline_s,
     )  # fmt: skip
     options = PlanOptions(budgets, granularity, prefill_ms_per_token / 1000)
-    planned = plan_task(data_dir, mlflow_uri, options)
+    try:
+        planned = plan_task(data_dir, mlflow_uri, options)
+    except EmptyLake as err:
+        if not skip_if_empty:
+            raise
+        get_run_logger().warning("nothing to warm: %s", err)
+        return {"skipped": str(err)}
     resources = NodeResources(
         BackendSpec(backend, model_path, mlflow_uri, base_url, model_name), data_dir, redis_url,
         memory_bytes=budgets.memory_bytes,

@@ -57,20 +57,24 @@ class PreparedPlan:
         return self.result.summary
 
 
+class EmptyLake(LookupError):
+    """No lake, or a lake without requests: nothing to plan from yet."""
+
+
 def read_requests(data_dir: Path) -> pd.DataFrame:
     """The lake's requests (the columns planning reads).
 
     Raises:
-        LookupError: no lake, or a lake without requests (the message names the fix).
+        EmptyLake: no lake, or a lake without requests (the message names the fix).
     """
     from flows.ingest.flow import lake_of
 
     if not (Path(data_dir) / "lake").is_dir():
-        raise LookupError(f"no lake under {data_dir}: run `preheat ingest` first")
+        raise EmptyLake(f"no lake under {data_dir}: run `preheat ingest` first")
     requests = lake_of(data_dir).read("requests", columns=list(REQUEST_COLUMNS))
     if requests.empty:
         why = "holds no requests: run `preheat ingest` first"
-        raise LookupError(f"the lake under {data_dir} {why}")
+        raise EmptyLake(f"the lake under {data_dir} {why}")
     return requests
 
 

@@ -363,6 +363,9 @@ def train_and_register(
     params = {
         "eval_frac": eval_frac, "eval_horizon": horizon, "eval_origins": len(origins),
         "train_buckets": train["bucket_start"].nunique(),
+        # [start, end) of the requests it learned from: the `check-drift` flow's reference
+        "train_start": train["bucket_start"].min().isoformat(),
+        "train_end": (train["bucket_start"].max() + bucket_width(train)).isoformat(),
         "champion_version": None if champion is None else champion.version,
         "tail_tolerance": "max(1, 0.5 x actual) over the horizon",
     }  # fmt: skip

@@ -333,3 +333,10 @@ def test_the_flow_deploys_both_champions_and_fails_on_an_unknown_model(
     assert set(read_manifest(data_dir, node)) == set(DEFAULT_MODELS)
     with pytest.raises(LookupError, match="no preheat-nope@champion"):
         deploy_models_flow(**common, models=["preheat-nope"])
+    # the scheduled deployment's mode: what is registered deploys, the rest is skipped
+    skipped = deploy_models_flow(
+        **common, models=["preheat-nope", LLM_MODEL], skip_unregistered=True
+    )
+    assert [(m["model"], m["status"]) for m in skipped["models"]] == [(LLM_MODEL, "unchanged")]
+    nothing = deploy_models_flow(**common, models=["preheat-nope"], skip_unregistered=True)
+    assert "no model of ['preheat-nope'] registered" in nothing["skipped"]

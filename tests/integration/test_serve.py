@@ -105,6 +105,7 @@ def test_every_deployment_is_registered_with_its_schedule(served: Served) -> Non
         "warmup/preheat": ["every 600 s"],
         "plan-peak-warmups/preheat": ["every 3600 s"],
         "deploy-models/preheat": ["every 900 s"],
+        "check-drift/preheat": ["every 3600 s"],
     }
     assert {name: row["schedules"] for name, row in rows.items()} == expected
     assert all(row["work_pool"] == "preheat" and row["active"] for row in rows.values())

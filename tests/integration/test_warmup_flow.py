@@ -260,3 +260,15 @@ def test_killed_executor_resumes_without_losing_or_redoing_items(
     again = orjson.loads(cli.stdout)
     assert (again["plan_id"], again["done"]) == (plan, 0)
     assert again["skipped_already_done"] == len(items)
+
+
+def test_the_scheduled_warmup_on_an_empty_lake_completes_and_says_why(
+    prefect_api: None, tmp_path: Path
+) -> None:
+    from flows.warmup.flow import warmup_flow
+    from flows.warmup.prepare import EmptyLake
+
+    arguments = {"data_dir": str(tmp_path / "data"), "backend": "null", "node": "empty-node"}
+    assert "no lake under" in warmup_flow(**arguments, skip_if_empty=True)["skipped"]
+    with pytest.raises(EmptyLake, match="run `preheat ingest` first"):
+        warmup_flow(**arguments)

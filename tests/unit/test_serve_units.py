@@ -77,6 +77,8 @@ def test_specs_carry_settings_schedules_and_absolute_paths(tmp_path: Path) -> No
     assert specs["mine_templates"].cron == "30 2 * * *"
     assert specs["warmup"].interval_s == 600 and specs["warmup"].node_local
     assert specs["plan_peak_warmups"].parameters["warmup_deployment"] == "warmup/p"
+    assert specs["check_drift"].parameters["retrain_deployment"] == "train-forecaster/p"
+    assert specs["check_drift"].interval_s == 3600
     assert specs["ingest_stream"].parameters["redis_url"] == "redis://x:1/0"
     assert specs["warmup"].parameters["data_dir"] == str((tmp_path / "data").resolve())
     uri = specs["train_forecaster"].parameters["mlflow_uri"]
@@ -95,3 +97,21 @@ def test_ingest_expands_directories_to_their_log_files(tmp_path: Path) -> None:
     assert expand_paths([str(inbox), str(single)]) == [
         str(inbox / "a.csv"), str(inbox / "b.jsonl"), str(single),
     ]  # fmt: skip
+
+
+def test_the_dask_runner_setting_deploys_the_same_flow_on_dask(tmp_path: Path) -> None:
+    from prefect_dask import DaskTaskRunner
+
+    import flows.serve.entrypoints as entrypoints
+
+    settings = load_settings(None)
+    dask = settings.model_copy(
+        update={"serve": settings.serve.model_copy(update={"warmup_runner": "dask"})}
+    )
+    specs = deployment_specs(dask, tmp_path, None, "n1", "p")
+    warm = [s for s in specs if s.node_local and s.flow_attr.startswith("warmup")]
+    assert [s.entrypoint for s in warm] == ["flows.serve.entrypoints.warmup_dask"]
+    assert entrypoints.warmup_dask.name == entrypoints.warmup.name == "warmup"
+    assert isinstance(entrypoints.warmup_dask.task_runner, DaskTaskRunner)
+    assert entrypoints.warmup.retries == settings.serve.flow_retries  # the deployments' policy
+    assert entrypoints.warmup.retry_delay_seconds == settings.serve.flow_retry_delay_s

@@ -1,0 +1,1 @@
+"""Drift of the request stream against the forecaster's training data; retraining on drift."""
