@@ -40,6 +40,10 @@ def replay_command(
             help="Write an HTML report with plots here (replays both arms), log to MLflow."
         ),
     ] = None,
+    target_precision: Annotated[
+        float,
+        typer.Option(help="Warm-up precision the threshold is steered to (0: fixed threshold)."),
+    ] = 0.6,
     as_json: Annotated[bool, typer.Option("--json", help="Accepted; output is JSON.")] = True,
     config: ConfigOption = None,
 ) -> None:
@@ -59,6 +63,7 @@ def replay_command(
         replay_config = ReplayConfig(
             memory=memory, ssd=ssd, redis=redis, restart_every_s=restart_every,
             window_s=window, warmup=warmup == "on",
+            target_precision=target_precision if target_precision != 0 else None,
         )  # fmt: skip
         loaded = load_trace(trace, format_name)
     except (ValueError, TraceError) as err:

@@ -54,6 +54,41 @@ class HeatManifest:
         return self.heat_at(now) * self.rate * horizon_s
 
 
+class PrecisionController:
+    """Moves the warm-worthiness threshold so that realised precision tracks a target.
+
+    How many expected uses make a block worth warming is a property of the traffic (how bursty,
+    how long sessions last), not a constant: a threshold measured on one trace is a guess on the
+    next. After each restart's warm-up has had its cycle, the share of its items that were used
+    is known; the threshold rises by `step` when that share fell short of `target` and falls by
+    `step` when it beat the target by more than `slack` (more warming buys more hits), within
+    `bounds`. A cycle with fewer than `min_items` items says too little to move it.
+    """
+
+    def __init__(
+        self, target: float, threshold: float, step: float = 1.25, slack: float = 0.15,
+        bounds: tuple[float, float] = (0.05, 16.0), min_items: int = 20,
+    ) -> None:  # fmt: skip
+        if not 0 < target < 1 or step <= 1 or slack < 0 or threshold <= 0:
+            raise ValueError("need 0 < target < 1, step > 1, slack >= 0 and threshold > 0")
+        self.target, self.step, self.slack = target, step, slack
+        self.bounds, self.min_items = bounds, min_items
+        self.threshold = threshold
+        self.history: list[tuple[int, float, float]] = []  # (items, precision, new threshold)
+
+    def update(self, items: int, used: int) -> float:
+        """The last cycle warmed `items`, of which `used` were used; returns the new threshold."""
+        if items >= self.min_items:
+            precision = used / items
+            if precision < self.target:
+                self.threshold *= self.step
+            elif precision > self.target + self.slack:
+                self.threshold /= self.step
+            self.threshold = min(max(self.threshold, self.bounds[0]), self.bounds[1])
+            self.history.append((items, round(precision, 4), round(self.threshold, 4)))
+        return self.threshold
+
+
 @dataclass
 class WarmItem:
     block: int  # index of the block

@@ -57,7 +57,9 @@ def test_restart_empties_local_tiers_and_restore_reference_does_not() -> None:
     assert summary["after_restart"]["requests"] == 4
     assert summary["restore_reference"]["after_restart"]["hit_ratio"] == 1.0
     assert summary["after_restart"]["hit_ratio"] == pytest.approx(9 / 12)
-    assert summary["warmup"] == {"items": 0, "precision": 0.0, "cost_s": 0.0}
+    assert summary["warmup"] == {
+        "items": 0, "precision": 0.0, "cost_s": 0.0, "threshold": 0.5, "cycles": [],
+    }  # fmt: skip
 
 
 def test_warmup_rehydrates_from_the_past_and_matches_the_reference() -> None:
@@ -180,9 +182,48 @@ def test_ahead_of_demand_rewarms_a_hot_block_the_node_lost() -> None:
     worker = WarmWorker(prepared.keys, prepared.parents, prepared.tokens, LATENCY, bytes(8))
     config = ReplayConfig(memory=1.0, ssd=1.0, warmup=True, ahead_every_s=60.0)
     try:
-        _plan_ahead(worker, node, (long, short), 5.0, config)
+        _plan_ahead(worker, node, (long, short), 5.0, config, config.min_expected_uses)
         worker.advance(node, 6.0)  # one prefill of 51.2 ms fits in a second
         assert node.holds_locally(prepared.keys[0]) and worker.items == 1
         assert not node.holds_locally(prepared.keys[2])  # block 3 was never hot: not warmed
     finally:
         node.close()
+
+
+def test_precision_controller_steers_the_threshold_toward_its_target() -> None:
+    from flows.replay.warming import PrecisionController
+
+    controller = PrecisionController(target=0.6, threshold=0.5, step=2.0, slack=0.1)
+    assert controller.update(items=10, used=0) == 0.5  # too few items to say anything
+    assert controller.update(items=100, used=30) == 1.0  # 0.30 < 0.6: be pickier
+    assert controller.update(items=100, used=65) == 1.0  # within [0.6, 0.7]: keep
+    assert controller.update(items=100, used=90) == 0.5  # 0.90 > 0.7: warm more
+    for _ in range(20):
+        controller.update(items=100, used=0)
+    assert controller.threshold == 16.0  # bounded
+    assert [h[1] for h in controller.history[:3]] == [0.3, 0.65, 0.9]
+    with pytest.raises(ValueError, match="0 < target < 1"):
+        PrecisionController(target=1.5, threshold=0.5)
+
+
+def test_a_precision_target_raises_realised_precision_on_a_bursty_trace() -> None:
+    """Many blocks seen twice in a burst and never again, a few asked for steadily: a fixed low
+    threshold warms the burst's leftovers after each restart and most go unused; the steered
+    one learns to skip them."""
+    rng = np.random.default_rng(0)
+    requests = []
+    for t in range(0, 2000, 2):
+        if t % 100 < 10:  # a burst of one-off prompts, each asked twice
+            block = 1000 + t
+            requests += [(float(t), [block]), (float(t) + 0.5, [block])]
+        requests.append((float(t) + 1, [int(rng.integers(1, 20))]))  # the steady keys
+    trace = _trace(requests)
+    common = dict(memory=0.05, ssd=0.5, restart_every_s=100.0, window_s=50.0, warmup=True,
+                  min_expected_uses=0.05)  # fmt: skip
+    fixed = replay_arm(PreparedTrace.build(trace), ReplayConfig(**common, target_precision=None),
+                       LATENCY)  # fmt: skip
+    steered = replay_arm(PreparedTrace.build(trace), ReplayConfig(**common, target_precision=0.6),
+                         LATENCY)  # fmt: skip
+    precision = {n: r.warm["used"] / r.warm["items"] for n, r in (("f", fixed), ("s", steered))}
+    assert steered.warm["threshold"] > 0.05 and steered.warm["cycles"]
+    assert precision["s"] > precision["f"] + 0.1, precision
