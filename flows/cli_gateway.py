@@ -3,6 +3,7 @@
 Kept apart from `flows/cli.py` (which registers the command). Options left out fall back to
 `PREHEAT_GATEWAY_*` environment variables, then to the defaults of `GatewayConfig`; API keys come
 only from `--keys FILE` or the environment, never from an option (it would show in `ps`).
+Tracing options fall back to `PREHEAT_TRACING_*` (`flows.telemetry.TracingSettings`).
 Bad input (a missing key file, an unknown backend, no model) exits 2 with one line.
 """
 
@@ -62,6 +63,20 @@ def gateway_command(
     ttl_s: Annotated[
         float | None, typer.Option("--ttl-s", min=0.001, help="Expiry of stored responses.")
     ] = None,
+    slo_s: Annotated[
+        float | None, typer.Option("--slo-s", min=0.001, help="Latency SLO of the SLA metrics.")
+    ] = None,
+    canary_share: Annotated[
+        float | None,
+        typer.Option("--canary-share", min=0, max=1, help="Share served cache-off (control)."),
+    ] = None,
+    tracing: Annotated[
+        str | None, typer.Option("--tracing", help="Spans to: off, console (stderr) or otlp.")
+    ] = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option("--otlp-endpoint", help="OTLP/HTTP traces URL (with --tracing otlp)."),
+    ] = None,
     config: ConfigOption = None,
     data_dir: DataDirOption = None,
 ) -> None:
@@ -70,7 +85,8 @@ def gateway_command(
     given: dict[str, Any] = {
         "keys_file": keys, "backend": backend, "model_path": model_path, "base_url": base_url,
         "upstream_model": model_name, "served_model": served_name, "semantic": semantic,
-        "calibration_file": calibration, "response_ttl_s": ttl_s,
+        "calibration_file": calibration, "response_ttl_s": ttl_s, "slo_s": slo_s,
+        "canary_share": canary_share,
         "memory_bytes": None if memory_mb is None else int(memory_mb * MB),
         "ssd_bytes": None if ssd_mb is None else int(ssd_mb * MB),
     }  # fmt: skip
@@ -78,14 +94,34 @@ def gateway_command(
         if path is not None and not path.exists():
             raise CliError(f"{path}: no such file or directory")
     from cache_runtime.services import RedisHandle
+    from flows import telemetry
 
-    with RedisHandle(settings.redis_url) if redis else nullcontext(None) as redis_url:
-        app = _app(settings, redis_url, {k: v for k, v in given.items() if v is not None})
-        import uvicorn
+    telemetry.install(_tracing(tracing, otlp_endpoint))
+    try:
+        with RedisHandle(settings.redis_url) if redis else nullcontext(None) as redis_url:
+            app = _app(settings, redis_url, {k: v for k, v in given.items() if v is not None})
+            import uvicorn
 
-        model = app.state.gateway.served_model
-        stderr.print(f"gateway on http://{host}:{port} (model {model}; Ctrl-C stops it)")
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+            model = app.state.gateway.served_model
+            stderr.print(f"gateway on http://{host}:{port} (model {model}; Ctrl-C stops it)")
+            uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        telemetry.shutdown()  # flushes the spans still batched
+
+
+def _tracing(exporter: str | None, endpoint: str | None) -> Any:
+    """The tracer provider the options (over `PREHEAT_TRACING_*`) ask for; None when off."""
+    from pydantic import ValidationError
+
+    from flows.telemetry import TracingSettings, build_provider
+
+    given = {k: v for k, v in (("exporter", exporter), ("endpoint", endpoint)) if v is not None}
+    try:
+        return build_provider(TracingSettings(**given))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "tracing"
+        raise CliError(f"invalid tracing settings: {where}: {first.get('msg')}") from None
 
 
 def _app(settings: Any, redis_url: str | None, given: dict[str, Any]) -> Any:

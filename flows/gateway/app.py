@@ -9,8 +9,10 @@ Handlers check the API key before reading the body (an unknown key gets 401 what
 then run the blocking work — cache tiers, the model — in the thread pool, so a slow Redis or a
 long generation never stalls the event loop. Every answer says where it came from in
 `x-preheat-cache` (`exact-memory`, `semantic-ssd`, `prefix`, `miss`, `bypass`; for embeddings
-one value per input, comma-separated) and, when cacheable, its exact key in `x-preheat-key`
-(what `POST /admin/invalidate` takes).
+one value per input, comma-separated; `canary` for the control group served with the cache
+off) and, when cacheable, its exact key in `x-preheat-key` (what `POST /admin/invalidate`
+takes). Each request is a `gateway.request` span (route, outcome, status, hashed tenant) over
+the chain's `cache.lookup` and `model.generate` spans.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -54,8 +57,9 @@ KEY_HEADER = "x-preheat-key"
 
 def create_app(config: GatewayConfig, **inject: Any) -> FastAPI:
     """The gateway app. `inject`: parts to use instead of building them from `config`
-    (`runner`, `cache`, `minilm`, `producer`, `keys`; see `resources.build_gateway`) — they
-    stay the caller's to close; the rest is closed when the app shuts down."""
+    (`runner`, `cache`, `minilm`, `producer`, `keys`, `tracer_provider`, `forecast_loader`,
+    `rng`; see `resources.build_gateway`) — they stay the caller's to close; the rest is closed
+    when the app shuts down."""
     gateway = build_gateway(config, **inject)
 
     @asynccontextmanager
@@ -95,17 +99,31 @@ def _parse(model: type[_Body], raw: bytes) -> _Body:
 def _timed(
     gateway: Gateway, route: str, handle: Callable[[], Awaitable[tuple[Response, str]]]
 ) -> Callable[[], Awaitable[Response]]:
+    """`handle` in the request's span, its latency and outcome recorded whatever happens. A
+    4xx is the client's error: recorded on the span, not as the span's failure."""
+
     async def run() -> Response:
         started = time.perf_counter()
-        outcome = "error"
-        try:
-            response, outcome = await handle()
-            return response
-        except GatewayError as error:
-            outcome = f"error_{error.status}"
-            raise
-        finally:
-            gateway.metrics.latency.labels(route, outcome).observe(time.perf_counter() - started)
+        outcome, status = "error", 500
+        span_options: dict[str, Any] = {"kind": SpanKind.SERVER, "record_exception": False,
+                                        "set_status_on_exception": False}  # fmt: skip
+        with gateway.tracer.start_as_current_span("gateway.request", **span_options) as span:
+            try:
+                response, outcome = await handle()
+                status = response.status_code
+                return response
+            except GatewayError as error:
+                outcome, status = f"error_{error.status}", error.status
+                raise
+            finally:
+                gateway.record(gateway.signals.finished, route, outcome,
+                               time.perf_counter() - started)  # fmt: skip
+                if span.is_recording():
+                    span.set_attribute("preheat.route", route)
+                    span.set_attribute("preheat.outcome", outcome)
+                    span.set_attribute("http.response.status_code", status)
+                    if status >= 500:
+                        span.set_status(Status(StatusCode.ERROR, outcome))
 
     return run
 
@@ -154,9 +172,7 @@ def _other_routes(app: FastAPI, gateway: Gateway) -> None:
             assert gateway.embeddings is not None
             started = time.perf_counter()
             done = await run_in_threadpool(gateway.embeddings.embed, tenant, texts, use_cache)
-            for outcome in done.outcomes:
-                if outcome.startswith("exact-"):
-                    gateway.metrics.hits.labels(outcome.removeprefix("exact-"), "embedding").inc()
+            gateway.record(gateway.signals.embeddings, tenant, texts, done.outcomes, done.encode_s)
             gateway.log_embeddings(tenant, texts, done.tokens, started)
             vectors = [encoded(v, body.encoding_format) for v in done.vectors]
             outcome = ",".join(done.outcomes)

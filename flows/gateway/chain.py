@@ -12,22 +12,28 @@ Steps 1, 2 and the stores run only for cacheable (greedy) requests (`validity.py
 that opted out skips the cache entirely, KV pages included (outcome `bypass`): nothing of it is
 read or written. The cache itself never fails a request (`HybridCache` absorbs tier errors), and
 neither does the semantic layer: an embedding failure is counted and the chain goes on.
+
+Each lookup is a `cache.lookup` span (kind, answering tier, hit) and each model call a
+`model.generate` span (its reused KV tokens); with tracing off they are OTel no-ops.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from opentelemetry import trace
 
 from cache_runtime.keys import ExactKey
 from flows.gateway.validity import response_model_id
 
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
-    from flows.gateway.metrics import GatewayMetrics
     from flows.gateway.runners import Generation, Job, Runner
     from flows.gateway.semantic import SemanticAnswer, SemanticLayer
+    from flows.gateway.signals import Signals
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +44,10 @@ class Served:
 
     Attributes:
         outcome: the `x-preheat-cache` header: `exact-<tier>`, `semantic-<tier>`, `prefix`,
-            `miss` or `bypass`.
+            `miss`, `bypass` or `canary` (the control group, see `Signals.canary_draw`).
         key: the exact key string of a cacheable request (None otherwise).
         template: the prompt's template id (None: untemplated, or not looked up).
+        model_s: seconds the model spent on it (0 for an answer from the cache).
     """
 
     text: str
@@ -52,6 +59,7 @@ class Served:
     key: str | None
     template: str | None
     prompt_ids: list[int] | None
+    model_s: float = 0.0
 
 
 @dataclass
@@ -60,9 +68,10 @@ class Chain:
 
     runner: Runner
     cache: HybridCache
-    metrics: GatewayMetrics
+    signals: Signals
     semantic: SemanticLayer | None = None
     ttl_s: float | None = None  # of stored responses
+    tracer: trace.Tracer = field(default_factory=trace.NoOpTracer)
 
     def exact_key(self, tenant: str, job: Job) -> ExactKey:
         model = response_model_id(self.runner.model_id, job.decoding, job.route, self.upstream)
@@ -75,28 +84,50 @@ class Chain:
     def serve(self, tenant: str, job: Job, use_cache: bool) -> Served:
         template = self._template(tenant, job)
         if not use_cache:
-            return self._from_model(self.runner.generate(job, None, tenant), None, template, True)
+            done, seconds = self._generate(job, None, tenant)
+            return self._from_model(done, seconds, None, template, True)
         if not job.decoding.cacheable:
-            return self._from_model(self.runner.generate(job, self.cache, tenant), None, template)
+            return self._from_model(*self._generate(job, self.cache, tenant), None, template)
         key = self.exact_key(tenant, job)
         text_key = key.to_string()
-        value, tier = self.cache.get_with_tier(text_key)
-        answer = _text(value)
+        with self.tracer.start_as_current_span("cache.lookup") as span:
+            self.signals.lookup("exact")
+            value, tier = self.cache.get_with_tier(text_key)
+            answer = _text(value)
+            hit = answer is not None and tier is not None
+            _lookup_attributes(span, "exact", tier if hit else None)
         if answer is not None and tier is not None:
-            self.metrics.hits.labels(tier, "exact").inc()
+            self.signals.hit(tier, "exact")
             return self._from_cache(job, answer, None, f"exact-{tier}", text_key, template)
         found = self._semantic_lookup(tenant, key.model_id, job, template)
         if found is not None:
-            self.metrics.hits.labels(found.tier, "semantic").inc()
+            self.signals.hit(found.tier, "semantic")
             cached = (found.text, found.finish_reason, found.completion_tokens)
             return self._from_cache(job, found.text, cached, f"semantic-{found.tier}",
                                     text_key, template)  # fmt: skip
-        done = self.runner.generate(job, self.cache, tenant)
+        done, seconds = self._generate(job, self.cache, tenant)
         self.cache.put(text_key, done.text.encode(), ttl_s=self.ttl_s)
         self._semantic_store(tenant, key.model_id, job, template, done)
-        return self._from_model(done, text_key, template)
+        return self._from_model(done, seconds, text_key, template)
 
     # -- pieces -------------------------------------------------------------------------------
+
+    def _generate(
+        self, job: Job, cache: HybridCache | None, tenant: str
+    ) -> tuple[Generation, float]:
+        """The model's answer and the seconds it took (KV pages are looked up inside: with a
+        cache, the call counts as a prefix lookup)."""
+        with self.tracer.start_as_current_span("model.generate") as span:
+            if cache is not None:
+                self.signals.lookup("prefix")
+            started = time.perf_counter()
+            done = self.runner.generate(job, cache, tenant)
+            seconds = time.perf_counter() - started
+            if span.is_recording():
+                span.set_attribute("preheat.route", job.route)
+                span.set_attribute("preheat.kv.cached_tokens", done.cached_tokens)
+                span.set_attribute("preheat.model.completion_tokens", done.completion_tokens)
+        return done, seconds
 
     def _template(self, tenant: str, job: Job) -> str | None:
         if self.semantic is None:
@@ -108,13 +139,19 @@ class Chain:
     ) -> SemanticAnswer | None:
         if self.semantic is None or job.question is None:
             return None
-        try:
-            tag = f"{variant}#{job.context}"
-            return self.semantic.lookup(tenant, self.runner.model_id, tag, job.question, template)
-        except Exception:  # the embedder is a dependency too: degrade to a miss, count it
-            log.exception("semantic lookup failed; answering from the model")
-            self.metrics.degraded.labels("semantic_lookup").inc()
-            return None
+        with self.tracer.start_as_current_span("cache.lookup") as span:
+            self.signals.lookup("semantic")
+            try:
+                tag = f"{variant}#{job.context}"
+                found = self.semantic.lookup(
+                    tenant, self.runner.model_id, tag, job.question, template
+                )
+            except Exception:  # the embedder is a dependency too: degrade to a miss, count it
+                log.exception("semantic lookup failed; answering from the model")
+                self.signals.metrics.degraded.labels("semantic_lookup").inc()
+                found = None
+            _lookup_attributes(span, "semantic", found.tier if found is not None else None)
+            return found
 
     def _semantic_store(
         self, tenant: str, variant: str, job: Job, template: str | None, done: Generation
@@ -127,18 +164,23 @@ class Chain:
             self.semantic.store(tenant, model_id, tag, job.question, template, answer)
         except Exception:
             log.exception("semantic store failed")
-            self.metrics.degraded.labels("semantic_store").inc()
+            self.signals.metrics.degraded.labels("semantic_store").inc()
 
     def _from_model(
-        self, done: Generation, key: str | None, template: str | None, bypass: bool = False
+        self,
+        done: Generation,
+        seconds: float,
+        key: str | None,
+        template: str | None,
+        bypass: bool = False,
     ) -> Served:
         """The model's answer: `prefix` when it reused cached KV pages, else `miss`."""
         outcome = "bypass" if bypass else "prefix" if done.cached_tokens else "miss"
         if outcome == "prefix":
-            self.metrics.hits.labels("kv", "prefix").inc()
+            self.signals.hit("kv", "prefix")
         return Served(
             done.text, done.finish_reason, done.prompt_tokens, done.completion_tokens,
-            done.cached_tokens, outcome, key, template, None,
+            done.cached_tokens, outcome, key, template, None, seconds,
         )  # fmt: skip
 
     def _from_cache(
@@ -163,6 +205,13 @@ class Chain:
             finish = "length" if completion >= job.decoding.max_tokens else "stop"
         return Served(text, finish, prompt_tokens, completion, prompt_tokens, outcome, key,
                       template, prompt_ids)  # fmt: skip
+
+
+def _lookup_attributes(span: trace.Span, kind: str, tier: str | None) -> None:
+    if span.is_recording():
+        span.set_attribute("preheat.cache.kind", kind)
+        span.set_attribute("preheat.cache.hit", tier is not None)
+        span.set_attribute("preheat.cache.tier", tier or "none")
 
 
 def _text(value: bytes | None) -> str | None:

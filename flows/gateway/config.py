@@ -52,6 +52,21 @@ class GatewayConfig(BaseSettings):
         templates: read the mined templates (`<data_dir>/features/templates.parquet`) to name
             each prompt's semantic namespace; without them one namespace per tenant and model.
         log_requests: log every request to the live stream (needs `redis_url`).
+        metrics_window_s: the window of the gauges computed at scrape time (hit ratio, shares,
+            QPS gain, SLA).
+        slo_s: the latency SLO the SLA metrics compare each request with.
+        canary_share: share of the requests that would use the cache answered with it off
+            instead (outcome `canary`): the control group of the A/B comparison.
+        tenant_label: how tenants appear in metrics and spans: `hashed` (a keyed BLAKE2b with
+            `tenant_label_salt`: `/metrics` is scraped without a key) or `name`.
+        roi_value_per_saved_s / roi_cost_per_compute_s: the value of a second of latency saved
+            by a warmed hit, and the cost of a second of warm-up compute (same currency).
+        roi_half_life_s: the half-life of every contribution to the ROI.
+        forecast: compare the champion forecaster's per-key forecast with the traffic seen
+            (needs `<data_dir>/features` and the MLflow store).
+        forecast_window_s / forecast_refresh_s: the MAPE's window; how often it is reloaded.
+        refresh_s: how often warm-up ledgers (attribution, cost) are read (0: only on demand,
+            `app.state.gateway.signals.refresh()`).
     """
 
     model_config = SettingsConfigDict(env_prefix="PREHEAT_GATEWAY_", extra="forbid")
@@ -85,6 +100,18 @@ class GatewayConfig(BaseSettings):
     log_requests: bool = True
     request_stream: str = Field(default="preheat:requests", min_length=1)
     request_stream_maxlen: int = Field(default=1_000_000, gt=0)
+    metrics_window_s: float = Field(default=300.0, gt=0)
+    slo_s: float = Field(default=1.0, gt=0)
+    canary_share: float = Field(default=0.0, ge=0, le=1)
+    tenant_label: Literal["hashed", "name"] = "hashed"
+    tenant_label_salt: str = Field(default="", repr=False)
+    roi_value_per_saved_s: float = Field(default=1.0, ge=0)
+    roi_cost_per_compute_s: float = Field(default=1.0, gt=0)
+    roi_half_life_s: float = Field(default=86_400.0, gt=0)
+    forecast: bool = True
+    forecast_window_s: float = Field(default=3_600.0, gt=0)
+    forecast_refresh_s: float = Field(default=600.0, gt=0)
+    refresh_s: float = Field(default=30.0, ge=0)
 
     @model_validator(mode="after")
     def _backend_complete(self) -> GatewayConfig:

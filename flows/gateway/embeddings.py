@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from opentelemetry import trace
 
 from cache_runtime.keys import ExactKey
 from flows.warmup.execute import EMBEDDING_MODEL_ID
@@ -32,6 +34,7 @@ class Embedded:
     vectors: np.ndarray  # (n, DIMENSIONS) float32
     outcomes: list[str]  # per input: "exact-<tier>", "miss" or "bypass"
     tokens: list[int]  # per input, as MiniLM's tokenizer counts them
+    encode_s: float = 0.0  # MiniLM seconds for the inputs that were computed
 
 
 class MiniLM:
@@ -64,9 +67,14 @@ class MiniLM:
 
 class EmbeddingService:
     def __init__(
-        self, cache: HybridCache, encode: Encode, count: Callable[[list[str]], list[int]]
+        self,
+        cache: HybridCache,
+        encode: Encode,
+        count: Callable[[list[str]], list[int]],
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self.cache, self.encode, self.count = cache, encode, count
+        self.tracer = tracer or trace.NoOpTracer()
 
     def embed(self, tenant: str, texts: list[str], use_cache: bool) -> Embedded:
         vectors = np.zeros((len(texts), DIMENSIONS), dtype="<f4")
@@ -74,7 +82,24 @@ class EmbeddingService:
         keys = [ExactKey.of(tenant, EMBEDDING_MODEL_ID, t) for t in texts]
         missing = list(range(len(texts)))
         if use_cache:
-            missing = []
+            missing = self._lookup(keys, vectors, outcomes)
+        encode_s = 0.0
+        if missing:
+            started = time.perf_counter()
+            fresh = np.asarray(self.encode([texts[i] for i in missing]), dtype="<f4")
+            encode_s = time.perf_counter() - started
+            # (len(missing), DIMENSIONS) into the rows that missed
+            vectors[missing] = fresh
+            if use_cache:
+                for row, i in enumerate(missing):
+                    self.cache.put(keys[i], fresh[row].tobytes())
+        return Embedded(vectors, outcomes, self.count(texts), encode_s)
+
+    def _lookup(self, keys: list[ExactKey], vectors: np.ndarray, outcomes: list[str]) -> list[int]:
+        """Fill `vectors` and `outcomes` for the inputs held; returns the rows that missed.
+        One `cache.lookup` span for the batch (its hits and inputs)."""
+        missing = []
+        with self.tracer.start_as_current_span("cache.lookup") as span:
             for i, key in enumerate(keys):
                 value, tier = self.cache.get_with_tier(key)
                 if value is not None and len(value) == VECTOR_BYTES:
@@ -82,14 +107,11 @@ class EmbeddingService:
                     outcomes[i] = f"exact-{tier}"
                 else:
                     missing.append(i)
-        if missing:
-            fresh = np.asarray(self.encode([texts[i] for i in missing]), dtype="<f4")
-            # (len(missing), DIMENSIONS) into the rows that missed
-            vectors[missing] = fresh
-            if use_cache:
-                for row, i in enumerate(missing):
-                    self.cache.put(keys[i], fresh[row].tobytes())
-        return Embedded(vectors, outcomes, self.count(texts))
+            if span.is_recording():
+                span.set_attribute("preheat.cache.kind", "embedding")
+                span.set_attribute("preheat.cache.inputs", len(keys))
+                span.set_attribute("preheat.cache.hits", len(keys) - len(missing))
+        return missing
 
 
 def encoded(vector: np.ndarray, encoding_format: str) -> list[float] | str:

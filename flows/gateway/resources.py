@@ -4,13 +4,20 @@ Everything the caller passes in is used as given and stays the caller's to close
 one model between apps; a benchmark injects its own cache); everything built here is closed
 with the gateway. The cache is `flows.warmup.execute.node_cache` — the same tiers, paths and
 Redis namespace warm-up writes to — so the gateway reads exactly what warm-up stored.
+
+Each load (model, MiniLM, templates, calibration; later the warm-up ledgers and the forecast)
+is timed into `preheat_gateway_feature_load_seconds`, and the whole build into the cold start.
 """
 
 from __future__ import annotations
 
+import random
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from flows import telemetry
 from flows.gateway.auth import KeyRing
 from flows.gateway.chain import Chain
 from flows.gateway.embeddings import EmbeddingService, MiniLM
@@ -18,25 +25,36 @@ from flows.gateway.metrics import GatewayMetrics
 from flows.gateway.runners import InProcessRunner, Runner, UpstreamRunner
 from flows.gateway.semantic import SemanticLayer
 from flows.gateway.service import Gateway
+from flows.gateway.signals import ForecastLoader, Signals, SignalSettings
+from flows.gateway.warmed import WarmupLedgers
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
     from cache_runtime.hybrid import HybridCache
     from cache_runtime.request_stream import RequestLogProducer
     from flows.gateway.config import GatewayConfig
     from models.templates.mined import MinedTemplates
 
+_T = TypeVar("_T")
+
 
 def open_runner(config: GatewayConfig) -> Runner:
-    """The configured model: an upstream server, a local directory, or the registry's champion."""
+    """The configured model: an upstream server, a local directory, the LLM `deploy-models` put
+    on this node (the weights warm-up filled the cache for), or the registry's champion."""
     if config.backend == "openai":
         return UpstreamRunner(
             str(config.base_url), str(config.upstream_model), config.upstream_api_key,
             config.upstream_timeout_s,
         )  # fmt: skip
+    from models.deployment import LLM_MODEL, deployed_model
     from models.llm.backends import HFBackend
 
     if config.model_path is not None:
         return InProcessRunner(HFBackend.from_path(config.model_path, config.device))
+    deployed = deployed_model(config.data_dir, LLM_MODEL)
+    if deployed is not None:
+        return InProcessRunner(HFBackend.from_path(deployed[1], config.device))
     return InProcessRunner(HFBackend.from_registry(config.mlflow_uri, device=config.device))
 
 
@@ -83,6 +101,41 @@ def _threshold(config: GatewayConfig) -> Any:
     return Calibration.from_json(Path(config.calibration_file).read_bytes())
 
 
+def champion_forecast(config: GatewayConfig) -> ForecastLoader:
+    """The champion's per-key forecast on the lake's demand features, as warm-up plans with
+    (`flows.warmup.prepare.load_forecast`); None while there are no features, no store or no
+    champion (a store that does not exist is not created by looking)."""
+    data_dir, uri = Path(config.data_dir), config.mlflow_uri
+
+    def load() -> Any:
+        from data_contracts import GRANULARITIES
+        from flows.warmup.prepare import load_forecast, missing_sqlite_store
+
+        if not (data_dir / "features").is_dir() or missing_sqlite_store(uri):
+            return None
+        forecast, _, _ = load_forecast(data_dir, uri, "3min")  # (the champion's own wins)
+        if forecast is None or forecast.empty:
+            return None
+        return forecast, float(GRANULARITIES[str(forecast["granularity"].iloc[0])])
+
+    return load
+
+
+def signal_settings(config: GatewayConfig) -> SignalSettings:
+    return SignalSettings(
+        config.metrics_window_s, config.slo_s, config.canary_share, config.tenant_label,
+        config.tenant_label_salt, config.roi_value_per_saved_s, config.roi_cost_per_compute_s,
+        config.roi_half_life_s, config.forecast_window_s, config.forecast_refresh_s,
+    )  # fmt: skip
+
+
+def _timed(signals: Signals, what: str, load: Callable[[], _T]) -> _T:
+    started = time.perf_counter()
+    result = load()
+    signals.feature_load(what, time.perf_counter() - started)
+    return result
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -91,13 +144,28 @@ def build_gateway(
     minilm: MiniLM | None = None,
     producer: RequestLogProducer | None = None,
     keys: KeyRing | None = None,
+    tracer_provider: TracerProvider | None = None,
+    forecast_loader: ForecastLoader | None = None,
+    rng: random.Random | None = None,
 ) -> Gateway:
-    """A ready gateway (model and MiniLM loaded, so the first request pays no load)."""
+    """A ready gateway (model and MiniLM loaded, so the first request pays no load).
+
+    Args:
+        tracer_provider: where spans go (default: `flows.telemetry`'s, off unless configured).
+        forecast_loader: the forecast the MAPE compares with (default: the champion's).
+        rng: the canary draw's random source.
+    """
+    began = time.monotonic()
+    signals = Signals(GatewayMetrics(), signal_settings(config), rng=rng)
+    tracer = (
+        tracer_provider.get_tracer("preheat.gateway") if tracer_provider is not None
+        else telemetry.tracer("preheat.gateway")
+    )  # fmt: skip
     closers: list[Any] = []
     try:
         keys = keys or KeyRing.load(config.keys_file, config.keys, config.admin_keys)
         if runner is None:
-            runner = open_runner(config)
+            runner = _timed(signals, "model", lambda: open_runner(config))
             closers.append(runner.close)
         if cache is None:
             cache = open_cache(config)
@@ -107,10 +175,14 @@ def build_gateway(
         if config.semantic:
             from models.templates.embeddings import Embedder
 
-            minilm.model()
-            templates = load_templates(config.data_dir) if config.templates else {}
+            _timed(signals, "minilm", minilm.model)
+            templates = (
+                _timed(signals, "templates", lambda: load_templates(config.data_dir))
+                if config.templates else {}
+            )  # fmt: skip
+            threshold = _timed(signals, "calibration", lambda: _threshold(config))
             semantic = SemanticLayer(
-                cache, Embedder(encode=minilm.encode), _threshold(config), templates,
+                cache, Embedder(encode=minilm.encode), threshold, templates,
                 config.response_ttl_s, minilm.count, config.semantic_max_tokens,
             )  # fmt: skip
         if producer is None:
@@ -121,10 +193,19 @@ def build_gateway(
         for close in reversed(closers):
             close()
         raise
-    metrics = GatewayMetrics()
-    chain = Chain(runner, cache, metrics, semantic, config.response_ttl_s)
-    return Gateway(
-        keys, chain, cache, metrics, config.served_model or runner.model_id,
-        config.default_max_tokens, EmbeddingService(cache, minilm.encode, minilm.count),
-        producer, closers,
+    signals.ledgers = WarmupLedgers(
+        config.data_dir, runner.model_id, runner.tokens, signals.roi.compute_s.add
+    )
+    if forecast_loader is not None or config.forecast:
+        signals.forecast_loader = forecast_loader or champion_forecast(config)
+    chain = Chain(runner, cache, signals, semantic, config.response_ttl_s, tracer)
+    embeddings = EmbeddingService(cache, minilm.encode, minilm.count, tracer)
+    gateway = Gateway(
+        keys, chain, cache, signals, config.served_model or runner.model_id,
+        config.default_max_tokens, embeddings, producer, closers, tracer,
     )  # fmt: skip
+    signals.ready(began)
+    if config.refresh_s > 0:
+        signals.start(config.refresh_s)
+        closers.append(signals.close)  # (closed first: closers run in reverse)
+    return gateway

@@ -10,8 +10,10 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
 
 from cache_runtime.keys import parse_key
 from flows.gateway.auth import KeyRing, Principal, bearer
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from cache_runtime.request_stream import RequestLogProducer
     from flows.gateway.embeddings import EmbeddingService
     from flows.gateway.metrics import GatewayMetrics
+    from flows.gateway.signals import Signals
 
 log = logging.getLogger(__name__)
 OPT_OUT_VALUES = frozenset({"off", "bypass", "no-store", "false", "0"})
@@ -47,12 +50,17 @@ class Gateway:
     keys: KeyRing
     chain: Chain
     cache: HybridCache
-    metrics: GatewayMetrics
+    signals: Signals
     served_model: str
     default_max_tokens: int
     embeddings: EmbeddingService | None = None
     producer: RequestLogProducer | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
+    tracer: trace.Tracer = field(default_factory=trace.NoOpTracer)
+
+    @property
+    def metrics(self) -> GatewayMetrics:
+        return self.signals.metrics
 
     # -- who --------------------------------------------------------------------------------
 
@@ -66,6 +74,9 @@ class Gateway:
         found = self.principal(authorization)
         if found.tenant is None:
             raise GatewayError(403, "an admin key cannot make model requests", "permission_denied")
+        span = trace.get_current_span()
+        if span.is_recording():  # the request's span: the tenant as metrics show it
+            span.set_attribute("preheat.tenant", self.signals.label(found.tenant))
         return found.tenant
 
     def admin(self, authorization: str | None) -> None:
@@ -87,20 +98,54 @@ class Gateway:
     def generate(
         self, route: str, request: GenerationRequest, tenant: str, header: str | None
     ) -> Served:
+        """Answer through the chain; a `canary_share` of the requests that would use the cache
+        form the control group, answered with the cache off (outcome `canary`)."""
         started = time.perf_counter()
         job = self.job(route, request)
-        served = self.chain.serve(tenant, job, not opted_out(request.cache, header))
-        self.log(tenant, route, job, served, started)
+        eligible = not opted_out(request.cache, header)
+        canary = eligible and self.signals.canary_draw()
+        served = self.chain.serve(tenant, job, eligible and not canary)
+        if canary:
+            served = replace(served, outcome="canary")
+        ids = self._prompt_ids(job, served)
+        self.log(tenant, route, job, served, started, ids)
+        self.record(self.signals.generation, tenant, route, served, ids, eligible)
         return served
 
-    def log(self, tenant: str, route: str, job: Job, served: Served, started: float) -> None:
+    def record(self, observe: Callable[..., None], *args: Any) -> None:
+        """Hand an observation to the metrics, which never fail a request: a failure there is
+        logged and counted."""
+        try:
+            observe(*args)
+        except Exception:
+            log.exception("recording a metric failed")
+            self.metrics.degraded.labels("metrics").inc()
+
+    def _prompt_ids(self, job: Job, served: Served) -> list[int] | None:
+        """The prompt's tokens, when the log or the metrics need them (None upstream)."""
+        if served.prompt_ids is not None:
+            return served.prompt_ids
+        if self.producer is None and not self.signals.wants_tokens:
+            return None
+        try:
+            return self.chain.runner.tokens(job.key_text)
+        except Exception:
+            log.exception("tokenizing the prompt failed")
+            return None
+
+    def log(
+        self,
+        tenant: str,
+        route: str,
+        job: Job,
+        served: Served,
+        started: float,
+        ids: list[int] | None,
+    ) -> None:
         """One record on the live stream; a failure here is counted, never raised."""
         if self.producer is None:
             return
         try:
-            ids = served.prompt_ids
-            if ids is None:
-                ids = self.chain.runner.tokens(job.key_text)
             self.producer.log_request(
                 tenant=tenant, request_id=uuid.uuid4().hex, prompt=job.text,
                 prompt_tokens=served.prompt_tokens, output_tokens=served.completion_tokens,

@@ -81,7 +81,7 @@ def node_slots(limit_name: str, occupy: int) -> Iterator[None]:
 )
 def warm_batch_task(index: int, items: list[WarmItem], job: WarmupJob) -> dict[str, Any]:
     """Warm one batch; raise (so Prefect retries the items not done) when any item failed."""
-    stats = run_batch(items, job)
+    stats = run_batch(items, job, index)
     _logger().info(
         "batch %d: %d done, %d already done, %d failed, %d unresolved, %d pages in %.2f s",
         index, stats.done, stats.skipped_already_done, stats.failed, stats.unresolved,

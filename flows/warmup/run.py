@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from cache_runtime.settings import Settings
+from flows import telemetry
 from flows.warmup.execute import (
     BatchStats,
     NullBackend,
@@ -176,14 +177,27 @@ def dependency_batches(items: Sequence[WarmItem], batch_size: int) -> list[Batch
     return batches
 
 
-def run_batch(items: Sequence[WarmItem], job: WarmupJob) -> BatchStats:
-    """One batch against the job's ledger, backend and cache (opened once per process)."""
-    backend, cache = shared_resources(job.resources)
-    ledger = WarmLedger(job.ledger_path, job.target)
-    try:
-        return execute_batch(items, backend, cache, ledger)
-    finally:
-        ledger.close()
+def run_batch(items: Sequence[WarmItem], job: WarmupJob, index: int | None = None) -> BatchStats:
+    """One batch against the job's ledger, backend and cache (opened once per process), in a
+    `warmup.batch` span (plan, target, batch `index`, what it did; a no-op unless tracing is
+    configured, see `flows.telemetry`)."""
+    attributes: dict[str, Any] = {"preheat.warmup.plan_id": job.plan_id,
+                                  "preheat.warmup.target": job.target,
+                                  "preheat.warmup.items": len(items)}  # fmt: skip
+    if index is not None:
+        attributes["preheat.warmup.batch"] = index
+    tracer = telemetry.tracer("preheat.warmup")
+    with tracer.start_as_current_span("warmup.batch", attributes=attributes) as span:
+        backend, cache = shared_resources(job.resources)
+        ledger = WarmLedger(job.ledger_path, job.target)
+        try:
+            stats = execute_batch(items, backend, cache, ledger)
+        finally:
+            ledger.close()
+        if span.is_recording():
+            for name, value in stats.as_dict().items():
+                span.set_attribute(f"preheat.warmup.{name}", value)
+        return stats
 
 
 # -- one warm-up ------------------------------------------------------------------------------
@@ -241,7 +255,7 @@ def warm_locally(opened: OpenedJob, batch_size: int = 32) -> dict[str, Any]:
     """The CLI's path: the same batches, one after another in this process, no Prefect API."""
     try:
         for batch in dependency_batches(opened.items, batch_size):
-            run_batch(batch.items, opened.job)
+            run_batch(batch.items, opened.job, batch.index)
     finally:
         release_resources(opened.job.resources)
     return summarise_run(opened)

@@ -84,18 +84,25 @@ def minilm() -> MiniLM:
 
 
 def start(
-    backend: Any, minilm: MiniLM, data_dir: Path, redis_url: str | None
+    backend: Any,
+    minilm: MiniLM,
+    data_dir: Path,
+    redis_url: str | None,
+    inject: dict[str, Any] | None = None,
+    **options: Any,
 ) -> tuple[Running, Any]:
-    """A gateway over the shared model and MiniLM, in its own Redis namespace and stream."""
+    """A gateway over the shared model and MiniLM, in its own Redis namespace and stream
+    (`options`: more `GatewayConfig` fields; `inject`: more parts for `create_app`)."""
     from models.llm.openai_server import serve_in_thread
 
     namespace, stream = f"gw-{uuid.uuid4().hex[:8]}", f"gw-requests-{uuid.uuid4().hex[:8]}"
-    config = GatewayConfig(
-        keys=KEYS, admin_keys=[ADMIN], data_dir=data_dir, redis_url=redis_url,
-        redis_namespace=namespace, request_stream=stream, memory_bytes=32 << 20,
-        ssd_bytes=64 << 20, templates=False,
-    )  # fmt: skip
-    app = create_app(config, runner=InProcessRunner(backend), minilm=minilm)
+    settings: dict[str, Any] = {
+        "keys": KEYS, "admin_keys": [ADMIN], "data_dir": data_dir, "redis_url": redis_url,
+        "redis_namespace": namespace, "request_stream": stream, "memory_bytes": 32 << 20,
+        "ssd_bytes": 64 << 20, "templates": False, **options,
+    }  # fmt: skip
+    config = GatewayConfig(**settings)
+    app = create_app(config, runner=InProcessRunner(backend), minilm=minilm, **(inject or {}))
     url, stop = serve_in_thread(app)
     return Running(url, app, backend.model_id, redis_url, namespace, stream), stop
 
@@ -561,3 +568,166 @@ def test_in_front_of_an_upstream_server_answers_are_cached_per_route(
     finally:
         stop()
         stop_upstream()
+
+
+# -- the twelve metrics and the traces -----------------------------------------------------------
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of a Prometheus exposition (labels in any order)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == name and found.labels == labels:
+                return float(found.value)
+    raise KeyError((name, labels))
+
+
+def test_every_one_of_the_twelve_metrics_is_exported(gw: Running) -> None:
+    from flows.gateway.metrics import HELP
+
+    complete(gw, unique("What is the overdraft limit?"))
+    text = httpx.get(f"{gw.url}/metrics").text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    exported = {family.name for family in text_string_to_metric_families(text)}
+    assert set(HELP) <= exported, set(HELP) - exported
+    assert metric(text, "preheat_gateway_slo_seconds") == 1.0
+    assert metric(text, "preheat_gateway_cold_start_seconds", phase="load") > 0
+    memory = metric(text, "preheat_gateway_accelerator_memory_bytes", device="cpu",
+                    source="process_rss")  # fmt: skip
+    assert memory > 10_000_000
+    assert metric(text, "preheat_gateway_feature_load_seconds_count", what="minilm") == 1
+
+
+def test_hits_on_what_a_warm_up_run_stored_are_attributed_to_it_and_priced(
+    backend: Any, minilm: MiniLM, tmp_path: Path
+) -> None:
+    """A real warm-up batch (ledger and all) into the gateway's cache, then traffic: hits on
+    its entries count for warm-up, hits on traffic's own entries do not; the ROI is the
+    formula over the exposed value and cost."""
+    from flows.warmup.execute import WarmItem, WarmLedger, backend_target, execute_batch
+
+    running, stop = start(backend, minilm, tmp_path / "data", None, semantic=False, refresh_s=0)
+    try:
+        prompt = unique("Summarise the fees of a premium account.")
+        prefix = unique("You are the assistant of a retail bank. Answer briefly. " * 3)
+        items = [WarmItem(0, "acme", "response:1", "response", None, "memory", prompt),
+                 WarmItem(1, "acme", "kv:1", "kv_prefix", None, "memory", prefix)]  # fmt: skip
+        ledger = WarmLedger(WarmLedger.path_for(tmp_path / "data", "plan"), backend_target(backend))
+        ledger.register(items)  # (what `open_job` does before the batches run)
+        stats = execute_batch(items, backend, running.cache, ledger)
+        spent = float(ledger.frame()["seconds"].sum())
+        ledger.close()
+        assert stats.done == 2
+        running.app.state.gateway.signals.refresh()
+
+        fresh = unique("Who can open a junior account?")
+        sources = [complete(running, p)[0] for p in (prompt, prefix + " Overdraft?", fresh, fresh)]
+        text = httpx.get(f"{running.url}/metrics").text
+    finally:
+        stop()
+    assert sources == ["exact-memory", "prefix", "miss", "exact-memory"]
+
+    def hits(kind: str, writer: str) -> float:
+        return metric(text, "preheat_gateway_attributed_hits_total", kind=kind, writer=writer)
+
+    assert hits("exact", "warmup") == 1 and hits("prefix", "warmup") == 1
+    assert hits("exact", "traffic") == 1
+    assert metric(text, "preheat_gateway_warmup_hit_share") == pytest.approx(2 / 3)
+    value = metric(text, "preheat_gateway_warmup_value")
+    cost = metric(text, "preheat_gateway_warmup_cost")
+    assert cost == pytest.approx(spent, rel=1e-3)  # the ledger's compute seconds (x 1.0)
+    assert value > 0
+    assert metric(text, "preheat_gateway_warmup_roi") == pytest.approx((value - cost) / cost)
+    # two model calls (the prefix hit and the miss), one warmed exact hit
+    assert metric(text, "preheat_gateway_warmup_qps_gain") == pytest.approx(1 / 2)
+
+
+def test_the_canary_group_is_served_without_the_cache_and_its_share_is_observed(
+    backend: Any, minilm: MiniLM, tmp_path: Path
+) -> None:
+    import random
+
+    running, stop = start(
+        backend, minilm, tmp_path / "data", None, inject={"rng": random.Random(5)},
+        semantic=False, refresh_s=0, canary_share=0.5,
+    )  # fmt: skip
+    try:
+        prompt = unique("What is the interest on a savings account?")
+        running.cache.put(ExactKey.of("acme", running.model, prompt), MARKER.encode())
+        answers = [complete(running, prompt) for _ in range(16)]
+        opted_out = complete(running, prompt, extra_body={"cache": False})[0]
+        text = httpx.get(f"{running.url}/metrics").text
+    finally:
+        stop()
+    canary = [a for source, a in answers if source == "canary"]
+    cached = [a for source, a in answers if source != "canary"]
+    assert 0 < len(canary) < 16 and opted_out == "bypass"  # an opt-out is not in the control
+    assert all(a.choices[0].text != MARKER for a in canary)  # the cache was off for them
+    assert all(a.choices[0].text == MARKER for a in cached)
+    assert metric(text, "preheat_gateway_canary_share") == pytest.approx(len(canary) / 16)
+    assert metric(text, "preheat_gateway_canary_requests_total", group="canary") == len(canary)
+
+
+def test_requests_cache_lookups_and_model_calls_are_spans_and_off_means_none(
+    gw: Running, backend: Any, minilm: MiniLM, tmp_path: Path
+) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from flows.gateway.metrics import tenant_label
+    from flows.telemetry import TracingSettings, build_provider
+
+    assert isinstance(gw.app.state.gateway.tracer, trace.NoOpTracer)  # the default: off
+    exporter = InMemorySpanExporter()
+    provider = build_provider(TracingSettings(), exporter)
+    inject = {"tracer_provider": provider}
+    running, stop = start(
+        backend, minilm, tmp_path / "data", None, inject, semantic=False, refresh_s=0
+    )
+    try:
+        prompt = unique("How do I report a stolen card?")
+        complete(running, prompt)
+        complete(running, prompt)
+        with pytest.raises(openai.AuthenticationError):
+            complete(running, prompt, key="sk-nobody")
+    finally:
+        stop()
+    spans = exporter.get_finished_spans()
+    requests = [s for s in spans if s.name == "gateway.request"]
+    outcomes = [(s.attributes or {}).get("preheat.outcome") for s in requests]
+    assert outcomes == ["miss", "exact-memory", "error_401"]
+    first = dict(requests[0].attributes or {})
+    assert first["preheat.route"] == "completions" and first["http.response.status_code"] == 200
+    assert first["preheat.tenant"] == tenant_label("acme", "hashed") != "acme"
+    children = [s for s in spans if s.parent is not None]
+    assert {s.name for s in children} == {"cache.lookup", "model.generate"}
+    request_ids = {s.context.span_id for s in requests}
+    assert all(s.parent.span_id in request_ids for s in children)  # type: ignore[union-attr]
+    lookups = [dict(s.attributes or {}) for s in children if s.name == "cache.lookup"]
+    assert [(a["preheat.cache.kind"], a["preheat.cache.tier"]) for a in lookups] == [
+        ("exact", "none"), ("exact", "memory"),
+    ]  # fmt: skip
+    provider.shutdown()
+
+
+def test_a_failing_metric_never_fails_the_request(
+    gw: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    signals = gw.app.state.gateway.signals
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("a metric bug")
+
+    monkeypatch.setattr(signals, "generation", broken)
+    monkeypatch.setattr(signals, "embeddings", broken)
+    before = signals.metrics.value("preheat_gateway_degraded_total", component="metrics")
+    source, answer = complete(gw, unique("Can I pay my bill online?"))
+    embedded = gw.client().embeddings.create(model=EMBEDDING_MODEL, input=unique("bill"))
+
+    assert source == "miss" and answer.choices[0].text is not None
+    assert len(embedded.data[0].embedding) == 384
+    after = signals.metrics.value("preheat_gateway_degraded_total", component="metrics")
+    assert after == before + 2

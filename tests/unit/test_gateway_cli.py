@@ -28,3 +28,14 @@ def test_bad_input_is_one_line_and_exit_code_2(
     with pytest.raises(CliError, match=message) as refused:
         gateway_command(keys=keys, redis=False, data_dir=tmp_path / "data", **options)
     assert refused.value.code == EXIT_BAD_INPUT and "\n" not in str(refused.value)
+
+
+def test_tracing_to_otlp_without_an_endpoint_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PREHEAT_TRACING_ENDPOINT", raising=False)
+    keys = tmp_path / "keys.json"
+    keys.write_text('{"keys": {"sk-1": "acme"}}')
+    with pytest.raises(CliError, match=r"invalid tracing settings: .*needs an endpoint") as refused:
+        gateway_command(keys=keys, redis=False, data_dir=tmp_path / "data", tracing="otlp")
+    assert refused.value.code == EXIT_BAD_INPUT and "\n" not in str(refused.value)
