@@ -5,6 +5,12 @@ Thin by design (house style): the task reads the lake and the previous templates
 writes the table with its contract and logs the run. The table is a derived file like the demand
 features rather than a lake table: a re-mining replaces a tenant's templates, which the lake's
 append-only, deduplicated tables are built not to do.
+
+After the mining, `models.templates.intents.analyse_sessions` builds the hotspot graph and the
+cross-session intents from the same requests (the new templates name the prompts the log gave no
+template id) into `features/hotspot/` (`graph.json`, `graph.png`, `intents.json`), logged to the
+same MLflow run under `hotspot/` with the `intents.*` and `hotspot.*` metrics. A lake whose
+requests have no session structure to show (no node at all) skips them and says why.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ def mine_templates_task(
 
     chosen = MineTemplatesParams(**params)
     requests = lake_of(data_dir).read(
-        "requests", columns=["timestamp", "tenant", "prompt", "template_id"]
+        "requests", columns=["timestamp", "tenant", "session_id", "prompt", "template_id"]
     )
     if requests["prompt"].notna().sum() == 0:
         raise LookupError(f"no prompts in the lake under {data_dir}: run `preheat ingest` first")
@@ -70,13 +76,54 @@ def mine_templates_task(
     run_id = log_mining_run(
         asdict(chosen), result.metrics, result.top, mlflow_uri, Path(mlflow_artifacts)
     )
+    sessions = _sessions(requests, result.table, features, chosen, (mlflow_uri, run_id))
     return {
         "path": str(path),
         "run_id": run_id,
         "templates": len(result.table),
         "ids_kept": len(kept),
         "tenants": result.metrics,
+        "hotspot": sessions,
     }
+
+
+def _sessions(
+    requests: pd.DataFrame,
+    templates: pd.DataFrame,
+    features: Path,
+    chosen: MineTemplatesParams,
+    run: tuple[str, str],
+) -> dict[str, Any]:
+    """The hotspot graph and intents of the mined requests, logged to the mining's run
+    (`run` = tracking URI, run id; through the client, which leaves the finished run as it is)."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    from models.templates.embeddings import shared_embedder
+    from models.templates.hotspot import HotspotConfig, NoSessionNodes, graph_path
+    from models.templates.intents import IntentConfig, analyse_sessions
+
+    graph_config = HotspotConfig(min_support=chosen.min_support)
+    intent_config = IntentConfig(
+        eps=chosen.eps, min_samples=chosen.min_support,
+        silhouette_sample=chosen.silhouette_sample, seed=chosen.seed,
+    )  # fmt: skip
+    try:
+        analysis = analyse_sessions(
+            requests, templates, graph_path(features).parent, shared_embedder().embed,
+            graph_config, intent_config, max_requests=chosen.max_prompts,
+        )  # fmt: skip
+    except NoSessionNodes as err:  # no template id and no frequent phrase: nothing to show
+        return {"skipped": str(err)}
+    summary = analysis.summary()
+    client, run_id = MlflowClient(run[0]), run[1]
+    for path in analysis.paths.values():
+        client.log_artifact(run_id, str(path), artifact_path="hotspot")
+    values = {**analysis.report.metrics(), "hotspot.nodes": summary["nodes"]}
+    values["hotspot.edges"] = summary["edges"]
+    stamp = int(pd.Timestamp.now(tz="UTC").timestamp() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, float(v), stamp, 0) for k, v in values.items()])
+    return summary
 
 
 def _keys(table: pd.DataFrame) -> set[tuple[str, str]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,6 +118,7 @@ def build_candidates(
     costs: CostModel | None = None,
     now: pd.Timestamp | None = None,
     options: CandidateOptions | None = None,
+    follows: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
 ) -> DataFrame[WarmupCandidate]:
     """Candidates for the keys of `requests` (RequestLog columns, at least `REQUEST_COLUMNS`).
 
@@ -130,6 +132,9 @@ def build_candidates(
             else the end of the last demand bucket, else the last request), so an old lake
             plans as of its own end rather than as of the wall clock.
         options: horizon, decay and window.
+        follows: optional (None: off): per-key predictions (tenant, key, hits, ...) -> the
+            same with more hits for the keys that usually follow the hot ones in sessions
+            (`HotspotGraph.successor_boost`, whose docstring says why and where it stops).
     """
     costs, options = costs or CostModel(), options or CandidateOptions()
     now = _data_end(requests, forecast, demand) if now is None else pd.Timestamp(now)
@@ -137,6 +142,8 @@ def build_candidates(
     if recent.empty:
         return _validated([])
     predictions = _predictions(recent, forecast, demand, now, options)
+    if follows is not None:
+        predictions = follows(predictions)
     frames = [
         kv_candidates(recent, predictions, costs.kv_bytes_per_token, costs.prefill_s_per_token),
         *_prompt_candidates(recent, predictions, costs, options.min_repeats),

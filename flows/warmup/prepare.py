@@ -8,7 +8,10 @@ the plan falls back to the heat of the demand series and its summary says so.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +33,20 @@ class PlanOptions:
         granularity: demand series for the forecaster and the heat fallback.
         prefill_s_per_token: the node's measured prefill cost.
         top_excluded: how many left-out candidates the plan explains.
+        follow_boost: weight of the hotspot graph's successor boost (0: off, the default; see
+            `HotspotGraph.successor_boost` for why it is a tilt, not a forecast); used only
+            where `mine-templates` has written the graph.
     """
 
     budgets: Budgets
     granularity: str = "3min"
     prefill_s_per_token: float = 0.00035
     top_excluded: int = TOP_EXCLUDED
+    follow_boost: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.follow_boost) and self.follow_boost >= 0):
+            raise ValueError(f"follow_boost must be a finite number >= 0, not {self.follow_boost}")
         if self.granularity not in GRANULARITIES:
             choices = ", ".join(GRANULARITIES)
             raise ValueError(f"--granularity {self.granularity!r}: choose one of {choices}")
@@ -116,6 +125,24 @@ def missing_sqlite_store(uri: str) -> bool:
     return uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file()
 
 
+def successor_boost(
+    data_dir: Path, weight: float
+) -> tuple[Callable[[pd.DataFrame], pd.DataFrame] | None, dict[str, Any] | None]:
+    """(the hotspot graph's boost at `weight`, or None; what the summary says about it).
+
+    None and nothing to say when the weight is 0; None and the reason when no graph was mined.
+    """
+    if weight == 0:
+        return None, None
+    from models.templates.hotspot import HotspotGraph, graph_path
+
+    path = graph_path(Path(data_dir) / "features")
+    if not path.is_file():
+        return None, {"weight": weight, "off": f"no hotspot graph at {path}: run mine-templates"}
+    graph = HotspotGraph.from_json(path)
+    return partial(graph.successor_boost, weight=weight), {"weight": weight, "graph": str(path)}
+
+
 def plan_from_lake(data_dir: Path, mlflow_uri: str, options: PlanOptions) -> PreparedPlan:
     """Read, forecast, build candidates and plan; the summary names the forecaster or the
     fallback that replaced it.
@@ -126,10 +153,13 @@ def plan_from_lake(data_dir: Path, mlflow_uri: str, options: PlanOptions) -> Pre
     requests = read_requests(Path(data_dir))
     forecast, demand, forecaster = load_forecast(Path(data_dir), mlflow_uri, options.granularity)
     costs = CostModel(prefill_s_per_token=options.prefill_s_per_token)
-    candidates = build_candidates(requests, forecast, demand, costs)
+    follows, boost = successor_boost(Path(data_dir), options.follow_boost)
+    candidates = build_candidates(requests, forecast, demand, costs, follows=follows)
     result = plan_warmup(candidates, options.budgets, options.top_excluded)
     summary = result.summary
     summary["forecaster"] = forecaster.get("model")
+    if boost is not None:
+        summary["follow_boost"] = boost
     if forecaster.get("fallback"):
         note = summary["fallback"]
         summary["fallback"] = forecaster["fallback"] + (f"; {note}" if note else "")

@@ -1,4 +1,5 @@
-"""`mine-templates` on a real lake and a real MLflow store: table, run, stable ids, the CLI path.
+"""`mine-templates` on a real lake and a real MLflow store: table, run, stable ids, the CLI path,
+and the session views written beside the table (hotspot graph, intents) and logged to the run.
 
 The task runs as a plain function (`.fn`, house style: a Prefect harness costs ~30 s and adds
 nothing the other flow tests do not cover); the embeddings are the real MiniLM.
@@ -17,6 +18,7 @@ import pytest
 from data_contracts.templates import read_templates
 from flows.ingest.flow import lake_of
 from flows.ingest.pipeline import ingest_file
+from models.templates.hotspot import HotspotGraph, graph_path
 from models.templates.mined import MinedTemplates
 from models.templates.tracking import EXPERIMENT
 from models.templates.workload import builtin_corpus, templated_workload
@@ -91,6 +93,7 @@ def test_flow_writes_table_logs_run_and_keeps_ids(tmp_path: Path, store: str) ->
     assert run.data.params["method"] == "dbscan"
     top = mlflow.artifacts.load_text(f"{run.info.artifact_uri}/top_templates.csv")
     assert top.splitlines()[0].startswith("template_id,tenant,constant_text")
+    _check_sessions(first, run, Path(data_dir))
 
     # More traffic for acme: the same templates are mined again and keep their ids.
     _ingest(tmp_path, _log(tmp_path / "b.jsonl", {"acme": 5}, offset=10_000))
@@ -111,6 +114,36 @@ def test_flow_writes_table_logs_run_and_keeps_ids(tmp_path: Path, store: str) ->
     lake = lake_of(data_dir).read("requests", columns=["tenant", "prompt"])
     prompts = lake[lake["tenant"] == "acme"]["prompt"].tolist()
     assert sum(acme.assign(p) is not None for p in prompts) / len(prompts) > 0.8
+
+
+def _check_sessions(result: dict, run: mlflow.entities.Run, data_dir: Path) -> None:
+    """The hotspot graph and intents of the mined lake: files, run artifacts and metrics."""
+    path = graph_path(data_dir / "features")
+    graph = HotspotGraph.from_json(path)
+    summary = result["hotspot"]
+    assert (summary["nodes"], summary["edges"]) == (len(graph.nodes), len(graph.edges))
+    assert set(graph.nodes["tenant"]) == {"acme", "globex"}
+    assert set(graph.nodes["kind"]) <= {"template", "mined", "phrase"}
+    # Sessions are 10 consecutive requests of shuffled templates: the busiest template of each
+    # tenant has successors, and they are a distribution over that tenant's nodes.
+    for tenant, nodes in graph.nodes.groupby("tenant"):
+        busiest = str(nodes.sort_values("volume").iloc[-1]["node"])
+        after = graph.follows(str(tenant), busiest, k=len(nodes))
+        assert after and sum(p for _, p in after) == pytest.approx(1.0)
+        assert {n for n, _ in after} <= set(nodes["node"])
+    assert graph.params["min_support"] == PARAMS["min_support"]
+    assert (path.parent / "graph.png").read_bytes().startswith(b"\x89PNG")
+    intents = orjson.loads((path.parent / "intents.json").read_bytes())
+    assert intents["n_sessions"] == summary["n_sessions"] == 2 * 24  # 240 requests, 10 a session
+    assert 0.0 <= intents["coverage"] <= 1.0 and intents["clusters"] == len(intents["per_cluster"])
+
+    logged = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "hotspot")}
+    assert logged == {"hotspot/graph.json", "hotspot/graph.png", "hotspot/intents.json"}
+    metrics = mlflow.get_run(run.info.run_id).data.metrics
+    assert metrics["hotspot.nodes"] == len(graph.nodes)
+    assert (
+        metrics["intents.n_sessions"] == 48 and metrics["intents.coverage"] == intents["coverage"]
+    )
 
 
 def test_cli_path_fails_clearly_on_an_empty_lake(tmp_path: Path, store: str) -> None:

@@ -59,7 +59,7 @@ def test_serve_settings_from_toml_table_and_nested_env(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     config = tmp_path / "preheat.toml"
-    config.write_text('[serve]\nprefect_port = 4300\nwarmup_interval_s = 120\n')
+    config.write_text("[serve]\nprefect_port = 4300\nwarmup_interval_s = 120\n")
     settings = load_settings(config)
     assert settings.serve.prefect_port == 4300
     assert settings.serve.warmup_interval_s == 120
