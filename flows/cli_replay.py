@@ -42,7 +42,7 @@ def replay_command(
     ] = None,
     target_precision: Annotated[
         float,
-        typer.Option(help="Warm-up precision the threshold is steered to (0: fixed threshold)."),
+        typer.Option(help="Expected warm-up precision each plan is cut to (0: no cut)."),
     ] = 0.6,
     as_json: Annotated[bool, typer.Option("--json", help="Accepted; output is JSON.")] = True,
     config: ConfigOption = None,

@@ -26,7 +26,7 @@ from cache_runtime.policies import Hint
 from flows.bench.traces import AccessTrace
 from flows.replay.latency import BLOCK_TOKENS, ReplayLatency
 from flows.replay.node import Node, TraceClock
-from flows.replay.warming import HeatManifest, PrecisionController, WarmWorker
+from flows.replay.warming import HeatManifest, WarmWorker, select_for_precision
 
 TIERS = ("memory", "ssd", "redis")
 
@@ -47,8 +47,9 @@ class ReplayConfig:
     # restarts every 300 s): 1.0 recovers 20% of the restore reference's gain at precision 0.51,
     # 0.5 recovers 58% at 0.45, 0.25 62% at 0.26.
     min_expected_uses: float = 0.5
-    # Precision the threshold is steered to across restarts (`PrecisionController`); None keeps
-    # `min_expected_uses` fixed. 0.6 leaves a margin over the platform's 0.5 promise.
+    # Expected warm-up precision each plan is cut to, from the learned `UseCalibration` of
+    # the manifest's expected uses (`min_expected_uses` still bounds what is considered); None
+    # warms everything above the threshold. 0.6 leaves a margin over the platform's 0.5.
     target_precision: float | None = 0.6
     order_half_life_s: float = 30.0  # what is hot right now (live sessions) is warmed first
     memory_share: float = 0.0  # share of the memory tier rehydrated (the rest goes to the SSD)
@@ -151,32 +152,23 @@ def replay_arm(
     hit_blocks = np.zeros(len(trace.request_starts), dtype=np.int64)
     served = dict.fromkeys(TIERS, 0)
     restarts: list[float] = []
-    controller = (
-        PrecisionController(config.target_precision, config.min_expected_uses)
-        if config.target_precision is not None else None
-    )  # fmt: skip
-    threshold = config.min_expected_uses
-    cycle = (0, 0)  # the worker's (items, used) when the current cycle began
     try:
         for r, (first, end) in enumerate(pairwise(bounds.tolist())):
             now = float(times[first])
             clock.now = now
             while now >= next_restart:
                 node.restart()
-                if controller is not None:  # the cycle ending now is fully scored
-                    threshold = controller.update(worker.items - cycle[0], worker.used - cycle[1])
                 worker.forget_local()
-                cycle = (worker.items, worker.used)
                 restarts.append(next_restart)
                 if config.warmup:
                     _plan_warmup(
                         worker, node, (manifest, recent), next_restart, config,
-                        memory_blocks, ssd_blocks, threshold,
+                        memory_blocks, ssd_blocks,
                     )  # fmt: skip
                 next_restart += config.restart_every_s or np.inf
             if config.warmup:
                 if now >= next_ahead:
-                    _plan_ahead(worker, node, (manifest, recent), now, config, threshold)
+                    _plan_ahead(worker, node, (manifest, recent), now, config)
                     next_ahead = now + (config.ahead_every_s or np.inf)
                 worker.advance(node, now)
             request = prepared.blocks[first:end]
@@ -188,8 +180,11 @@ def replay_arm(
         node.close()
     warm = {
         "items": worker.items, "used": worker.used, "cost_s": round(worker.cost_s, 3),
-        "tier_errors": sum(node.errors.values()), "threshold": round(threshold, 4),
-        "cycles": controller.history if controller is not None else [],
+        "tier_errors": sum(node.errors.values()),
+        "calibration": {
+            "resolved": int(worker.calibration.total.sum()),
+            "used": int(worker.calibration.used.sum()),
+        },
     }  # fmt: skip
     return ArmResult(ttft, served, len(trace.accesses), restarts, hit_blocks, np.diff(bounds), warm)
 
@@ -228,20 +223,29 @@ def _serve(
 
 
 def _ranked(
-    manifests: tuple[HeatManifest, HeatManifest], now: float, horizon_s: float, threshold: float
-) -> np.ndarray:
-    """Blocks the long manifest expects to be used at least `threshold` times in `horizon_s`,
-    ordered by the short one (hottest right now first: a live session's blocks are asked for
-    within seconds, a block of a steady key can wait)."""
+    manifests: tuple[HeatManifest, HeatManifest], now: float, horizon_s: float,
+    config: ReplayConfig, worker: WarmWorker,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(blocks worth warming, the long manifest's λ for every block).
+
+    Worth warming: expected to be used at least `min_expected_uses` times in `horizon_s`, and,
+    with a `target_precision`, in the largest set whose calibrated mean use probability meets
+    it. Ordered by the short manifest (hottest right now first: a live session's blocks are
+    asked for within seconds, a block of a steady key can wait).
+    """
     long, short = manifests
-    worth = np.flatnonzero(long.expected_uses(now, horizon_s) >= threshold)
+    expected = long.expected_uses(now, horizon_s)  # (n_blocks,)
+    worth = np.flatnonzero(expected >= config.min_expected_uses)
+    if config.target_precision is not None and worth.size:
+        chance = worker.calibration.probability(expected[worth])
+        worth = np.sort(worth[select_for_precision(chance, config.target_precision)])
     urgency = short.expected_uses(now, horizon_s)[worth]
-    return worth[np.argsort(-urgency, kind="stable")]
+    return worth[np.argsort(-urgency, kind="stable")], expected
 
 
 def _plan_warmup(
     worker: WarmWorker, node: Node, manifests: tuple[HeatManifest, HeatManifest], now: float,
-    config: ReplayConfig, memory_blocks: int, ssd_blocks: int, threshold: float,
+    config: ReplayConfig, memory_blocks: int, ssd_blocks: int,
 ) -> None:  # fmt: skip
     """After a restart: rehydrate the blocks the manifest expects to be asked for soon.
 
@@ -249,23 +253,27 @@ def _plan_warmup(
     warmed there is often evicted before its request comes; the SSD keeps it for minutes and
     its load still costs a fraction of a prefill.
     """
-    ranked = _ranked(manifests, now, config.window_s, threshold)
+    ranked, expected = _ranked(manifests, now, config.window_s, config, worker)
     in_memory = round(config.memory_share * memory_blocks)
-    worker.plan(node, now, ranked[: in_memory + ssd_blocks], in_memory, manifests[0].heat_at(now))
+    worker.plan(
+        node, now, ranked[: in_memory + ssd_blocks], in_memory, manifests[0].heat_at(now),
+        expected, config.window_s,
+    )  # fmt: skip
 
 
 def _plan_ahead(
     worker: WarmWorker, node: Node, manifests: tuple[HeatManifest, HeatManifest], now: float,
-    config: ReplayConfig, threshold: float,
+    config: ReplayConfig,
 ) -> None:  # fmt: skip
     """During normal running: warm predicted-hot blocks the node lost (into the SSD, so the hot
     set in memory is not displaced by a forecast); skipped while a rehydration is still queued."""
     if worker.queue:
         return
-    ranked = _ranked(manifests, now, config.ahead_every_s or 0.0, threshold)
+    ranked, expected = _ranked(manifests, now, config.ahead_every_s or 0.0, config, worker)
     missing = [b for b in ranked.tolist() if not node.holds_locally(worker.keys[b])]
     heat = manifests[0].heat_at(now)
-    worker.plan(node, now, np.array(missing, dtype=np.int64), memory_slots=0, heat=heat)
+    horizon = config.ahead_every_s or 0.0
+    worker.plan(node, now, np.array(missing, dtype=np.int64), 0, heat, expected, horizon)
 
 
 def _window_stats(result: ArmResult, mask: np.ndarray) -> dict[str, Any]:
@@ -319,10 +327,9 @@ def summarize(
             "items": items,
             "precision": round(result.warm.get("used", 0) / items, 4) if items else 0.0,
             "cost_s": result.warm.get("cost_s", 0.0),
-            # the warm-worthiness threshold at the end, and each restart cycle's
-            # (items, precision, next threshold) when `target_precision` steers it
-            "threshold": result.warm.get("threshold"),
-            "cycles": result.warm.get("cycles", []),
+            "target_precision": config.target_precision,
+            # warmed items resolved (used, or lost) that the use calibration learned from
+            "calibration": result.warm.get("calibration", {}),
         },
         "restore_reference": {"after_restart": _window_stats(reference, after)},
         "restarts": len(result.restarts),

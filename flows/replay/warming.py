@@ -54,39 +54,49 @@ class HeatManifest:
         return self.heat_at(now) * self.rate * horizon_s
 
 
-class PrecisionController:
-    """Moves the warm-worthiness threshold so that realised precision tracks a target.
+class UseCalibration:
+    """P(a warmed block is used within the horizon | its expected uses λ in that horizon).
 
-    How many expected uses make a block worth warming is a property of the traffic (how bursty,
-    how long sessions last), not a constant: a threshold measured on one trace is a guess on the
-    next. After each restart's warm-up has had its cycle, the share of its items that were used
-    is known; the threshold rises by `step` when that share fell short of `target` and falls by
-    `step` when it beat the target by more than `slack` (more warming buys more hits), within
-    `bounds`. A cycle with fewer than `min_items` items says too little to move it.
+    The manifest's λ is a rate estimate from the past; how often a block warmed at λ is really
+    used depends on the traffic (how bursty, how long sessions last), so the mapping is learned
+    online from the replay's own warmed items. Every item resolves at a fixed deadline — used
+    within the horizon λ was computed for, or not — so successes and failures are counted
+    alike (resolving only on a hit or a recompute would count most hits and miss most unused
+    items, which just sit in the SSD: measured, 96% "used"). Each bin of λ starts from the
+    Poisson prior 1 - exp(-λ) worth `prior_weight` items, so early plans are sane and the
+    evidence takes over as it comes.
     """
 
-    def __init__(
-        self, target: float, threshold: float, step: float = 1.25, slack: float = 0.15,
-        bounds: tuple[float, float] = (0.05, 16.0), min_items: int = 20,
-    ) -> None:  # fmt: skip
-        if not 0 < target < 1 or step <= 1 or slack < 0 or threshold <= 0:
-            raise ValueError("need 0 < target < 1, step > 1, slack >= 0 and threshold > 0")
-        self.target, self.step, self.slack = target, step, slack
-        self.bounds, self.min_items = bounds, min_items
-        self.threshold = threshold
-        self.history: list[tuple[int, float, float]] = []  # (items, precision, new threshold)
+    EDGES = np.array([0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0])
 
-    def update(self, items: int, used: int) -> float:
-        """The last cycle warmed `items`, of which `used` were used; returns the new threshold."""
-        if items >= self.min_items:
-            precision = used / items
-            if precision < self.target:
-                self.threshold *= self.step
-            elif precision > self.target + self.slack:
-                self.threshold /= self.step
-            self.threshold = min(max(self.threshold, self.bounds[0]), self.bounds[1])
-            self.history.append((items, round(precision, 4), round(self.threshold, 4)))
-        return self.threshold
+    def __init__(self, prior_weight: float = 5.0) -> None:
+        self.prior_weight = prior_weight
+        self.used = np.zeros(len(self.EDGES) + 1)  # (bins,)
+        self.total = np.zeros(len(self.EDGES) + 1)  # (bins,)
+
+    def record(self, expected: np.ndarray, used: bool) -> None:
+        """Warmed blocks with these λ (at warm time) resolved as used or lost."""
+        bins = np.searchsorted(self.EDGES, np.asarray(expected, dtype=float), side="right")
+        np.add.at(self.total, bins, 1)
+        if used:
+            np.add.at(self.used, bins, 1)
+
+    def probability(self, expected: np.ndarray) -> np.ndarray:
+        """(n,) calibrated use probability for each λ in `expected` (n,)."""
+        lam = np.asarray(expected, dtype=float)
+        bins = np.searchsorted(self.EDGES, lam, side="right")
+        prior = 1.0 - np.exp(-lam)
+        k = self.prior_weight
+        return (self.used[bins] + k * prior) / (self.total[bins] + k)
+
+
+def select_for_precision(probability: np.ndarray, target: float) -> np.ndarray:
+    """Indices of the largest set, most probable first, whose mean use probability (the
+    expected warm-up precision) is at least `target`; empty when even the best falls short."""
+    order = np.argsort(-probability, kind="stable")
+    running_mean = np.cumsum(probability[order]) / np.arange(1, len(order) + 1)
+    keep = np.flatnonzero(running_mean >= target)
+    return order[: keep[-1] + 1] if keep.size else order[:0]
 
 
 @dataclass
@@ -115,13 +125,24 @@ class WarmWorker:
         self.cost_s = 0.0
         self.used = 0
         self.warmed = np.zeros(len(keys), dtype=bool)  # warmed and not yet used or recomputed
+        self.expected = np.zeros(len(keys))  # (n_blocks,) each queued block's λ when planned
+        self.horizon_s = 0.0  # the horizon the current plan's λ are for
+        self.calibration = UseCalibration()
+        self.pending = np.zeros(len(keys), dtype=bool)  # warmed, use within horizon not yet known
+        self.deadlines: deque[tuple[float, int]] = deque()  # (resolve by, block), in warm order
 
     def plan(
-        self, node: Node, now: float, ranked: np.ndarray, memory_slots: int, heat: np.ndarray
-    ) -> None:
+        self, node: Node, now: float, ranked: np.ndarray, memory_slots: int, heat: np.ndarray,
+        expected: np.ndarray | None = None, horizon_s: float = 0.0,
+    ) -> None:  # fmt: skip
         """Queue `ranked` blocks (best first); the first `memory_slots` go to memory, the rest to
-        the SSD. Replaces any plan still queued: a newer manifest knows better."""
+        the SSD. Replaces any plan still queued: a newer manifest knows better. `expected`
+        (n_blocks,) is the manifest's λ for `horizon_s`, remembered to calibrate on the outcome
+        (without it, the items are not calibrated on)."""
         self.queue.clear()
+        self.horizon_s = horizon_s if expected is not None else 0.0
+        if expected is not None:
+            self.expected[ranked] = expected[ranked]
         self.busy_until = max(self.busy_until, now)
         names = node.tier_names
         for position, block in enumerate(ranked.tolist()):
@@ -131,7 +152,7 @@ class WarmWorker:
             self.queue.append(WarmItem(block, tier, float(heat[block])))
 
     def advance(self, node: Node, now: float) -> None:
-        """Do every queued item that finishes by `now`, in order."""
+        """Do every queued item that finishes by `now`, in order; resolve expired items."""
         while self.queue:
             item = self.queue[0]
             key = self.keys[item.block]
@@ -140,13 +161,25 @@ class WarmWorker:
                 continue
             cost_ms = self._cost_ms(node, key, item.block)
             if self.busy_until + cost_ms / 1000 > now:
-                return
+                break
             self.queue.popleft()
             self.busy_until += cost_ms / 1000
             self.cost_s += cost_ms / 1000
             if self._store(node, item, key):
                 self.items += 1
                 self.warmed[item.block] = True
+                if self.horizon_s > 0:
+                    self.pending[item.block] = True
+                    self.deadlines.append((self.busy_until + self.horizon_s, item.block))
+        self._resolve_expired(now)
+
+    def _resolve_expired(self, now: float) -> None:
+        """Items whose horizon has passed unused resolve as not used (for the calibration)."""
+        while self.deadlines and self.deadlines[0][0] <= now:
+            _, block = self.deadlines.popleft()
+            if self.pending[block]:
+                self.pending[block] = False
+                self.calibration.record(self.expected[block : block + 1], used=False)
 
     def _cost_ms(self, node: Node, key: str, block: int) -> float:
         if "redis" in node.tier_names and node.tier("redis").contains(key):
@@ -168,12 +201,21 @@ class WarmWorker:
         if self.warmed[block]:
             self.used += 1
             self.warmed[block] = False
+        if self.pending[block]:  # used within the horizon its λ was for
+            self.pending[block] = False
+            self.calibration.record(self.expected[block : block + 1], used=True)
 
     def note_recomputed(self, block: int) -> None:
         """A request had to compute `block`: a warmed copy, if any, was evicted unused."""
+        if self.pending[block]:
+            self.pending[block] = False
+            self.calibration.record(self.expected[block : block + 1], used=False)
         self.warmed[block] = False
 
     def forget_local(self) -> None:
         """A restart: warmed blocks still unused are lost with the node's tiers."""
+        self.calibration.record(self.expected[self.pending], used=False)
+        self.pending[:] = False
+        self.deadlines.clear()
         self.warmed[:] = False
         self.queue.clear()

@@ -58,7 +58,8 @@ def test_restart_empties_local_tiers_and_restore_reference_does_not() -> None:
     assert summary["restore_reference"]["after_restart"]["hit_ratio"] == 1.0
     assert summary["after_restart"]["hit_ratio"] == pytest.approx(9 / 12)
     assert summary["warmup"] == {
-        "items": 0, "precision": 0.0, "cost_s": 0.0, "threshold": 0.5, "cycles": [],
+        "items": 0, "precision": 0.0, "cost_s": 0.0, "target_precision": 0.6,
+        "calibration": {"resolved": 0, "used": 0},
     }  # fmt: skip
 
 
@@ -182,7 +183,7 @@ def test_ahead_of_demand_rewarms_a_hot_block_the_node_lost() -> None:
     worker = WarmWorker(prepared.keys, prepared.parents, prepared.tokens, LATENCY, bytes(8))
     config = ReplayConfig(memory=1.0, ssd=1.0, warmup=True, ahead_every_s=60.0)
     try:
-        _plan_ahead(worker, node, (long, short), 5.0, config, config.min_expected_uses)
+        _plan_ahead(worker, node, (long, short), 5.0, config)
         worker.advance(node, 6.0)  # one prefill of 51.2 ms fits in a second
         assert node.holds_locally(prepared.keys[0]) and worker.items == 1
         assert not node.holds_locally(prepared.keys[2])  # block 3 was never hot: not warmed
@@ -190,26 +191,28 @@ def test_ahead_of_demand_rewarms_a_hot_block_the_node_lost() -> None:
         node.close()
 
 
-def test_precision_controller_steers_the_threshold_toward_its_target() -> None:
-    from flows.replay.warming import PrecisionController
+def test_use_calibration_starts_from_poisson_and_learns_from_outcomes() -> None:
+    from flows.replay.warming import UseCalibration, select_for_precision
 
-    controller = PrecisionController(target=0.6, threshold=0.5, step=2.0, slack=0.1)
-    assert controller.update(items=10, used=0) == 0.5  # too few items to say anything
-    assert controller.update(items=100, used=30) == 1.0  # 0.30 < 0.6: be pickier
-    assert controller.update(items=100, used=65) == 1.0  # within [0.6, 0.7]: keep
-    assert controller.update(items=100, used=90) == 0.5  # 0.90 > 0.7: warm more
-    for _ in range(20):
-        controller.update(items=100, used=0)
-    assert controller.threshold == 16.0  # bounded
-    assert [h[1] for h in controller.history[:3]] == [0.3, 0.65, 0.9]
-    with pytest.raises(ValueError, match="0 < target < 1"):
-        PrecisionController(target=1.5, threshold=0.5)
+    calibration = UseCalibration(prior_weight=5.0)
+    lam = np.array([0.05, 1.0, 4.0])
+    assert calibration.probability(lam) == pytest.approx(1 - np.exp(-lam))
+    calibration.record(np.full(45, 1.0), used=False)  # warmed at λ=1, all lost
+    calibration.record(np.full(5, 1.0), used=True)
+    expected = (5 + 5 * (1 - np.exp(-1.0))) / (50 + 5)
+    assert calibration.probability(np.array([1.0]))[0] == pytest.approx(expected)
+    assert calibration.probability(np.array([4.0]))[0] == pytest.approx(1 - np.exp(-4.0))
+
+    chance = np.array([0.9, 0.2, 0.7, 0.4])
+    assert sorted(select_for_precision(chance, 0.6).tolist()) == [0, 2, 3]  # mean 0.667
+    assert select_for_precision(chance, 0.95).size == 0
+    assert sorted(select_for_precision(chance, 0.0).tolist()) == [0, 1, 2, 3]
 
 
 def test_a_precision_target_raises_realised_precision_on_a_bursty_trace() -> None:
     """Many blocks seen twice in a burst and never again, a few asked for steadily: a fixed low
-    threshold warms the burst's leftovers after each restart and most go unused; the steered
-    one learns to skip them."""
+    threshold warms the burst's leftovers after each restart and most go unused; the calibrated
+    cut learns that they go unused and skips them."""
     rng = np.random.default_rng(0)
     requests = []
     for t in range(0, 2000, 2):
@@ -225,5 +228,5 @@ def test_a_precision_target_raises_realised_precision_on_a_bursty_trace() -> Non
     steered = replay_arm(PreparedTrace.build(trace), ReplayConfig(**common, target_precision=0.6),
                          LATENCY)  # fmt: skip
     precision = {n: r.warm["used"] / r.warm["items"] for n, r in (("f", fixed), ("s", steered))}
-    assert steered.warm["threshold"] > 0.05 and steered.warm["cycles"]
+    assert steered.warm["calibration"]["resolved"] > 0
     assert precision["s"] > precision["f"] + 0.1, precision
