@@ -84,3 +84,14 @@ def mooncake_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
         lines.append(orjson.dumps(record))
     path.write_bytes(b"\n".join(lines) + b"\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny GPT-2 (random weights, MiniLM tokenizer) saved once per session."""
+    import torch
+
+    from models.llm.registry import save_tiny_llm
+
+    torch.set_num_threads(1)
+    return save_tiny_llm(tmp_path_factory.mktemp("llm") / "tiny")

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 class FakeClock:
@@ -65,3 +66,14 @@ def write_warmable_lake(root: Path, hours: float = 2.0) -> Path:
     assert report["accepted"] == len(records)
     build_demand_task.fn(str(data_dir))
     return data_dir
+
+
+def ledger_frame(data_dir: Path, plan: str, target: str) -> Any:
+    """A warm-up ledger's rows (one per item) as a DataFrame."""
+    from flows.warmup.execute import WarmLedger
+
+    ledger = WarmLedger(WarmLedger.path_for(data_dir, plan), target)
+    try:
+        return ledger.frame()
+    finally:
+        ledger.close()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from distributed.diagnostics.plugin import SchedulerPlugin
-from helpers import write_warmable_lake
+from helpers import ledger_frame, write_warmable_lake
 
 from cache_runtime.keys import ExactKey
 from cache_runtime.kv_pages import page_keys
@@ -160,26 +160,6 @@ def dask_cluster() -> Iterator[DaskCluster]:
 def lake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two hours of generated requests, each prompt behind its tenant's system prompt."""
     return write_warmable_lake(tmp_path_factory.mktemp("dask-lake"))
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-
-    from models.llm.registry import save_tiny_llm
-
-    torch.set_num_threads(1)
-    return save_tiny_llm(tmp_path_factory.mktemp("llm") / "tiny")
-
-
-def ledger_frame(data_dir: Path, plan: str, target: str) -> Any:
-    from flows.warmup.execute import WarmLedger
-
-    ledger = WarmLedger(WarmLedger.path_for(data_dir, plan), target)
-    try:
-        return ledger.frame()
-    finally:
-        ledger.close()
 
 
 def executed_per_worker(client: Any) -> dict[int, int]:

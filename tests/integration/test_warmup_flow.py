@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 import redis
-from helpers import run_cli, wait_until, write_warmable_lake
+from helpers import ledger_frame, run_cli, wait_until, write_warmable_lake
 
 from cache_runtime.hybrid import HybridCache
 from cache_runtime.keys import ExactKey
@@ -49,16 +49,6 @@ def lake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_warmable_lake(tmp_path_factory.mktemp("warmup-lake"))
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-
-    from models.llm.registry import save_tiny_llm
-
-    torch.set_num_threads(1)
-    return save_tiny_llm(tmp_path_factory.mktemp("llm") / "tiny")
-
-
 def fresh_data_dir(lake_dir: Path, tmp_path: Path) -> Path:
     """A data dir with the module's lake and features, and no ledger or cache yet."""
     data_dir = tmp_path / "data"
@@ -69,16 +59,6 @@ def fresh_data_dir(lake_dir: Path, tmp_path: Path) -> Path:
 
 def pages_of(backend: Any, tenant: str, text: str) -> list[Any]:
     return page_keys(tenant, backend.model_id, backend.encode(text))
-
-
-def ledger_frame(data_dir: Path, plan: str, target: str) -> Any:
-    from flows.warmup.execute import WarmLedger
-
-    ledger = WarmLedger(WarmLedger.path_for(data_dir, plan), target)
-    try:
-        return ledger.frame()
-    finally:
-        ledger.close()
 
 
 def test_shared_text_is_what_every_prompt_starts_with_up_to_a_word() -> None:
