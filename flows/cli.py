@@ -27,6 +27,7 @@ from flows.cli_common import (
 from flows.cli_common import settings_from as _settings
 from flows.cli_forecast import bench_forecast_command, bench_hotset_command, train
 from flows.cli_gateway import gateway_command
+from flows.cli_models import register
 from flows.cli_replay import replay_command
 from flows.cli_semantic import bench_semantic_command
 from flows.cli_serve import serve_command, trigger_command
@@ -287,6 +288,7 @@ app.command("replay")(replay_command)
 app.command("warmup")(warmup_command)
 app.command("serve")(serve_command)
 app.command("gateway")(gateway_command)
+app.add_typer(register, name="register")
 app.command("trigger")(trigger_command)
 
 tune = typer.Typer(help="Online tuning of the platform's own parameters.", no_args_is_help=True)

@@ -131,6 +131,23 @@ def _forecast_stage(settings: Settings) -> dict:
     } | {"eval_mae": result["eval_mae"], "predicted_hottest": hottest}
 
 
+def _llm_stage(settings: Settings) -> dict[str, str]:
+    """Register the tiny GPT-2 as `preheat-llm` unless a champion exists, so `make serve`'s
+    warm-up and deploy-models have a model after the demo (a user's own stays champion)."""
+    import mlflow
+
+    from flows.cli_models import register_tiny_llm
+    from models.llm.registry import MODEL_NAME
+
+    client = mlflow.MlflowClient(settings.mlflow_uri)
+    try:
+        return {"champion": str(client.get_model_version_by_alias(MODEL_NAME, "champion").version)}
+    except mlflow.exceptions.MlflowException:
+        pass
+    artifacts = settings.mlflow_artifacts
+    return {"champion": register_tiny_llm(settings.data_dir, settings.mlflow_uri, artifacts)}
+
+
 def run_demo(settings: Settings, log: Path | None, days: float, console: Console) -> dict:
     """Run every stage; returns (and writes to <data_dir>/reports/demo_summary.json) a summary."""
     from flows.demo_cache import run_cache_stage
@@ -165,6 +182,9 @@ def run_demo(settings: Settings, log: Path | None, days: float, console: Console
             f"train-forecaster: v{forecast['version']} chose {forecast['chosen']}, "
             f"{forecast['reason']}"
         )
+        with console.status("registry: the tiny GPT-2 as preheat-llm, for warm-up and serving"):
+            llm = _llm_stage(settings)
+        console.print(f"registry: preheat-llm@champion is version {llm['champion']}")
         with console.status("replay: the latest traffic, warm-up off and on, 3 restarts"):
             replay = run_replay_stage(lake, settings, console)
         with console.status("cache: KV pages of the top templates, tiny GPT-2, three tiers"):
@@ -176,6 +196,7 @@ def run_demo(settings: Settings, log: Path | None, days: float, console: Console
         streamed=streamed,
         cache=cache,
         forecast=forecast,
+        llm=llm,
         replay=replay,
         wall_seconds=round(time.perf_counter() - started, 1),
     )

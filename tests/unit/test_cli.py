@@ -75,3 +75,27 @@ def test_features_command_prints_rows_per_scale(small_log: Path, tmp_path: Path)
     assert done.returncode == 0, done.stderr
     rows = orjson.loads(done.stdout)
     assert set(rows) == {"5s", "3min", "1h"} and rows["5s"] > rows["3min"] > rows["1h"] > 0
+
+
+def test_register_llm_makes_the_first_version_champion_and_keeps_it(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from helpers import PREHEAT
+
+    env = {**os.environ, "PREHEAT_MLFLOW_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+           "PREHEAT_MLFLOW_ARTIFACTS": str(tmp_path / "artifacts")}  # fmt: skip
+    versions = []
+    for _ in range(2):
+        done = subprocess.run(
+            [PREHEAT, "register", "llm", "--data-dir", str(tmp_path / "data")], cwd=tmp_path,
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        versions.append(orjson.loads(done.stdout)["version"])
+    assert versions == ["1", "2"]
+    from mlflow import MlflowClient
+
+    client = MlflowClient(env["PREHEAT_MLFLOW_URI"])
+    assert str(client.get_model_version_by_alias("preheat-llm", "champion").version) == "1"
+    assert (tmp_path / "data" / "models" / "tiny-gpt2" / "config.json").is_file()
