@@ -384,11 +384,17 @@ def _stage_and_check(
 ) -> tuple[Deployed, dict[str, float]]:
     """Download into `staged`, load and check; the entry names the files as they will be once
     `staged` is renamed to the version."""
+    import mlflow
     from mlflow.artifacts import download_artifacts
 
     started = time.perf_counter()
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir(parents=True)
+    # `models:/` URIs resolve through the process's registry URI whatever `tracking_uri` says
+    # (MLflow 3.17): unset, that is ./mlflow.db, created in the worker's directory. Point the
+    # process at the store the model comes from (as `load_champion` does).
+    mlflow.set_tracking_uri(target.tracking_uri)
+    mlflow.set_registry_uri(target.tracking_uri)
     # By version, not alias: resolved once at the start of the run.
     download_artifacts(
         f"models:/{name}/{version}", dst_path=str(staged), tracking_uri=target.tracking_uri

@@ -9,6 +9,7 @@ alias it needs and deploys to its own node, so the tests do not depend on their 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -340,3 +341,24 @@ def test_the_flow_deploys_both_champions_and_fails_on_an_unknown_model(
     assert [(m["model"], m["status"]) for m in skipped["models"]] == [(LLM_MODEL, "unchanged")]
     nothing = deploy_models_flow(**common, models=["preheat-nope"], skip_unregistered=True)
     assert "no model of ['preheat-nope'] registered" in nothing["skipped"]
+
+
+def test_a_deploy_in_a_fresh_process_leaves_no_stray_store_in_its_directory(
+    store: dict[str, str], tmp_path: Path
+) -> None:
+    """A worker's flow run starts with MLflow's default tracking URI, which in MLflow 3 is
+    ./mlflow.db: loading the forecaster must not create one in the worker's directory."""
+    import subprocess
+    import sys
+
+    code = (
+        "from models.deployment import deploy_models;"
+        f"deploy_models('n-fresh', {str(tmp_path / 'data')!r}, {store['uri']!r}, "
+        f"{store['artifacts']!r}, models=['{FORECASTER_MODEL}'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (tmp_path / "mlflow.db").exists()
