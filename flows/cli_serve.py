@@ -86,7 +86,7 @@ def trigger_command(
     """Start a run of a deployment (as the Prefect UI's "Quick run" does)."""
     import httpx
 
-    from flows.serve.run import ServeState, _api, serve_dir
+    from flows.serve.run import ServeState, prefect_api, serve_dir
     from flows.serve.trigger import TriggerError, deployment_name, parse_params, trigger
 
     settings = settings_from(config, None)
@@ -97,7 +97,7 @@ def trigger_command(
     try:
         name = deployment_name(flow, serve.work_pool)
         params = parse_params(param or [])
-        with _api(api_url):
+        with prefect_api(api_url):
             result = trigger(name, params, wait, timeout, ui_base)
     except TriggerError as err:
         raise CliError(str(err)) from None

@@ -123,7 +123,7 @@ def _worker_online(api_url: str, pool: str, name: str) -> Callable[[], bool]:
     def check() -> bool:
         from prefect import get_client
 
-        with _api(api_url), get_client(sync_client=True) as client:
+        with prefect_api(api_url), get_client(sync_client=True) as client:
             try:
                 workers = client.read_workers_for_work_pool(pool)
             except Exception:  # the pool is created by registration; the API may be busy
@@ -134,7 +134,8 @@ def _worker_online(api_url: str, pool: str, name: str) -> Callable[[], bool]:
 
 
 @contextmanager
-def _api(api_url: str) -> Iterator[None]:
+def prefect_api(api_url: str) -> Iterator[None]:
+    """Talk to the Prefect API at `api_url` inside the block (whatever the profile says)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: api_url}):
@@ -189,7 +190,7 @@ class Platform:
         specs = deployment_specs(self.settings, opts.root, redis_url, opts.node, opts.pool)
         if opts.worker_only:
             specs = [s for s in specs if s.node_local]
-        with _api(api_url):
+        with prefect_api(api_url):
             names = sorted(register(specs, opts.pool, opts.root, serve.timezone))
         self.log(f"registered {len(names)} deployments on work pool {opts.pool!r}")
         worker = prefect_worker(
@@ -285,5 +286,5 @@ def _restore_signal_handlers(previous: dict[int, Any]) -> None:
 
 
 def deployments_report(api_url: str) -> list[dict[str, Any]]:
-    with _api(api_url):
+    with prefect_api(api_url):
         return describe_deployments()

@@ -20,7 +20,7 @@ import pytest
 from helpers import PREHEAT, run_cli, wait_until, write_warmable_lake
 
 from cache_runtime.services import free_port
-from flows.serve.run import ServeState, _api, port_in_use
+from flows.serve.run import ServeState, port_in_use, prefect_api
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BUDGETS = {"memory_mb": 0.5, "ssd_mb": 1.0, "compute_s": 1.0, "deadline_s": 1.0}
@@ -93,7 +93,7 @@ def test_serve_prints_both_ui_addresses_and_every_service_answers(served: Served
 def test_every_deployment_is_registered_with_its_schedule(served: Served) -> None:
     from flows.serve.deployments import describe_deployments
 
-    with _api(served.state.prefect_api):
+    with prefect_api(served.state.prefect_api):
         rows = {row["name"]: row for row in describe_deployments()}
     expected = {
         "ingest/preheat": ["every 300 s"],
@@ -131,7 +131,7 @@ def test_triggered_warmup_completes_and_the_cache_holds_the_planned_items(served
     from models.llm.backends import HFBackend
 
     parameters = {"model_path": str(served.root / "llm"), "batch_size": 8, **BUDGETS}
-    with _api(served.state.prefect_api):
+    with prefect_api(served.state.prefect_api):
         run = run_deployment("warmup/preheat", parameters=parameters, timeout=300)
     assert run.state is not None and run.state.is_completed(), run.state
     data_dir = served.root / "data"
@@ -165,7 +165,7 @@ def test_trigger_wait_reports_a_failed_run_after_its_retries(served: Served) -> 
     assert result.returncode == 1, result.stderr
     out = orjson.loads(result.stdout)
     assert out["state"] == "FAILED" and out["failed"] is True
-    with _api(served.state.prefect_api), get_client(sync_client=True) as client:
+    with prefect_api(served.state.prefect_api), get_client(sync_client=True) as client:
         run = client.read_flow_run(out["flow_run_id"])
     assert run.run_count == 2  # the first attempt and the deployments' one retry
 
@@ -187,7 +187,7 @@ def test_deploy_models_puts_the_champion_on_the_node_and_records_it(served: Serv
 
     from models.deployment import deployed_tag, read_manifest
 
-    with _api(served.state.prefect_api):
+    with prefect_api(served.state.prefect_api):
         run = run_deployment(
             "deploy-models/preheat", parameters={"models": ["preheat-llm"]}, timeout=300
         )
@@ -222,7 +222,7 @@ def test_a_serving_node_runs_its_own_deployments_on_its_own_pool(
         state = ServeState.load(state_file)
         assert state is not None
         assert state.deployments == ["deploy-models/node-a", "warmup/node-a"]
-        with _api(served.state.prefect_api):
+        with prefect_api(served.state.prefect_api):
             run = run_deployment(
                 "deploy-models/node-a", parameters={"models": ["preheat-llm"]}, timeout=300
             )
