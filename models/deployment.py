@@ -28,27 +28,55 @@ truth beside the manifest, and one that MLflow's copy-by-version layout gains no
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
 import shutil
-import socket
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# The registries' MODEL_NAMEs (models.forecast.registry, models.llm.registry), written out so
-# that reading a manifest (every warm-up does) does not import MLflow and Lightning.
-FORECASTER_MODEL = "preheat-forecaster"
-LLM_MODEL = "preheat-llm"
-DEFAULT_MODELS = (FORECASTER_MODEL, LLM_MODEL)
+from models.node_manifest import (
+    DEFAULT_MODELS,
+    FORECASTER_MODEL,
+    LLM_MODEL,
+    Deployed,
+    deployed_model,
+    deployed_tag,
+    node_dir,
+    node_lock,
+    node_name,
+    read_manifest,
+    remove_debris,
+    write_manifest,
+)
+
+# Re-exported: the flows and tests name models and read manifests through this module too.
+__all__ = [
+    "DEFAULT_MODELS",
+    "FORECASTER_MODEL",
+    "LLM_MODEL",
+    "DeployOutcome",
+    "DeployTarget",
+    "Deployed",
+    "DeploymentFailed",
+    "deploy_model",
+    "deploy_models",
+    "deployed_model",
+    "deployed_tag",
+    "node_dir",
+    "node_name",
+    "prepare_deployment",
+    "raise_for_failures",
+    "read_manifest",
+    "registered_models",
+    "resolve_device",
+    "resolve_versions",
+]  # fmt: skip
+
 EXPERIMENT = "preheat-deployments"
-MANIFEST = "models.json"
 CHECK_PROMPT = "Preheat deploy check: the cache is warm before the first request arrives."
 # A Preheat model's kind is the name of its pyfunc artifact (`artifacts={...}` in the
 # registries): the model says what it is, so a second LLM under another name deploys too.
@@ -57,24 +85,6 @@ KINDS = ("llm", "forecaster")
 
 class DeploymentFailed(RuntimeError):
     """Some models failed their check; the running versions stayed. One line per model."""
-
-
-def node_name(node: str | None = None) -> str:
-    """`node`, or the host name, in the characters that paths, tags and limits all accept (the
-    same rule as the warm-up's `warmup-<node>` limit, so the two name a node alike)."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", node or socket.gethostname())
-    if not name.strip("."):
-        raise ValueError(f"node {node!r}: not a usable node name")
-    return name
-
-
-def node_dir(data_dir: str | Path, node: str | None = None) -> Path:
-    return Path(data_dir) / "nodes" / node_name(node)
-
-
-def deployed_tag(node: str) -> str:
-    """The model-version tag that says a version runs on `node` (its value: device, time)."""
-    return f"deployed.{node_name(node)}"
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -94,87 +104,6 @@ def resolve_device(device: str = "auto") -> str:
             raise ValueError(f"device {device!r}: torch sees no CUDA device on this node")
         return device
     raise ValueError(f"device {device!r}: choose auto, cpu, cuda or cuda:N")
-
-
-# -- the node's manifest ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Deployed:
-    """One manifest entry: the version a node runs and where its loadable files are.
-
-    Attributes:
-        path: the directory a loader takes (the LLM's `save_pretrained` directory, the
-            forecaster's MLflow model directory), relative to the node directory.
-    """
-
-    name: str
-    version: str
-    kind: str
-    path: str
-    device: str
-    deployed_at: str
-    model_id: str | None = None  # the LLM's weight fingerprint (its KV pages' model id)
-    source_run_id: str | None = None
-
-
-def read_manifest(data_dir: str | Path, node: str | None = None) -> dict[str, Deployed]:
-    """The node's manifest, by model name; empty when nothing was ever deployed there."""
-    path = node_dir(data_dir, node) / MANIFEST
-    if not path.is_file():
-        return {}
-    try:
-        models = json.loads(path.read_text())["models"]
-        return {name: Deployed(**entry) for name, entry in models.items()}
-    except (ValueError, KeyError, TypeError) as error:  # written atomically: not ours
-        raise ValueError(f"{path}: not a deployment manifest ({error})") from error
-
-
-def deployed_model(
-    data_dir: str | Path, name: str, node: str | None = None
-) -> tuple[Deployed, Path] | None:
-    """(entry, absolute loadable path) of the version `node` runs, or None when the node runs
-    none or its files are gone (a node wiped by hand: the caller falls back to the registry)."""
-    entry = read_manifest(data_dir, node).get(name)
-    if entry is None:
-        return None
-    path = node_dir(data_dir, node) / entry.path
-    return (entry, path) if path.is_dir() else None
-
-
-def _write_manifest(directory: Path, node: str, entries: dict[str, Deployed]) -> None:
-    """Write-then-rename: a reader, or a kill, sees the old manifest or the new, never half."""
-    body = {"node": node, "models": {name: asdict(e) for name, e in sorted(entries.items())}}
-    partial = directory / f".{MANIFEST}.{os.getpid()}"
-    with partial.open("w") as stream:
-        stream.write(json.dumps(body, indent=2, sort_keys=True))
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(partial, directory / MANIFEST)
-
-
-@contextmanager
-def _node_lock(directory: Path) -> Iterator[None]:
-    """One deploy at a time per node (a schedule and a manual run may overlap): the manifest is
-    read, changed and written as one step. flock dies with its process, so a kill frees it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".deploy.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _remove_debris(node: Path, model_root: Path, keep: str | None) -> None:
-    """A kill's leftovers (called under the node's lock, so no writer is active): manifest
-    temp files, and everything under `models/<name>/` but the running version."""
-    for stale in node.glob(f".{MANIFEST}.*"):
-        stale.unlink(missing_ok=True)
-    if model_root.is_dir():
-        for child in model_root.iterdir():
-            if child.name != keep:
-                shutil.rmtree(child, ignore_errors=True)
 
 
 # -- resolving and checking -------------------------------------------------------------------
@@ -350,11 +279,11 @@ def deploy_model(target: DeployTarget, name: str, version: str) -> DeployOutcome
     import mlflow
 
     client = mlflow.MlflowClient(target.tracking_uri)
-    with _node_lock(target.directory):
+    with node_lock(target.directory):
         manifest = read_manifest(target.data_dir, target.node)
         current = manifest.get(name)
         root = target.directory / "models" / node_name(name)
-        _remove_debris(target.directory, root, current.version if current else None)
+        remove_debris(target.directory, root, current.version if current else None)
         if current is not None and current.version == version:
             _reconcile_tags(client, target.node, current)
             return DeployOutcome(name, version, "unchanged", target.node, current.device)
@@ -370,7 +299,7 @@ def deploy_model(target: DeployTarget, name: str, version: str) -> DeployOutcome
             outcome = DeployOutcome(name, version, "failed", target.node, target.device)
             return replace(outcome, previous=previous, error=reason, run_id=run_id)
         staged.rename(root / version)
-        _write_manifest(target.directory, target.node, {**manifest, name: entry})
+        write_manifest(target.directory, target.node, {**manifest, name: entry})
         if previous is not None:
             shutil.rmtree(root / previous, ignore_errors=True)
     _reconcile_tags(client, target.node, entry)

@@ -47,8 +47,8 @@ def open_runner(config: GatewayConfig) -> Runner:
             str(config.base_url), str(config.upstream_model), config.upstream_api_key,
             config.upstream_timeout_s,
         )  # fmt: skip
-    from models.deployment import LLM_MODEL, deployed_model
     from models.llm.backends import HFBackend
+    from models.node_manifest import LLM_MODEL, deployed_model
 
     if config.model_path is not None:
         return InProcessRunner(HFBackend.from_path(config.model_path, config.device))

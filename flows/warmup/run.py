@@ -75,8 +75,8 @@ def open_backend(
     Raises:
         LookupError: hf without a model path, nothing deployed, and no registered champion.
     """
-    from models.deployment import LLM_MODEL, deployed_model, node_name
     from models.llm.backends import HFBackend, OpenAICompatibleBackend
+    from models.node_manifest import LLM_MODEL, deployed_model, node_name
 
     if spec.kind == "null":
         return NullBackend()

@@ -20,20 +20,22 @@ import pandas as pd
 import pytest
 
 from models.deployment import (
-    DEFAULT_MODELS,
     EXPERIMENT,
+    DeploymentFailed,
+    deploy_models,
+    raise_for_failures,
+    resolve_device,
+)
+from models.node_manifest import (
+    DEFAULT_MODELS,
     FORECASTER_MODEL,
     LLM_MODEL,
     MANIFEST,
-    DeploymentFailed,
-    deploy_models,
     deployed_model,
     deployed_tag,
     node_dir,
     node_name,
-    raise_for_failures,
     read_manifest,
-    resolve_device,
 )
 
 pytestmark = pytest.mark.integration

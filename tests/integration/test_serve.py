@@ -185,7 +185,7 @@ def test_deploy_models_puts_the_champion_on_the_node_and_records_it(served: Serv
     from mlflow import MlflowClient
     from prefect.deployments import run_deployment
 
-    from models.deployment import deployed_tag, read_manifest
+    from models.node_manifest import deployed_tag, read_manifest
 
     with prefect_api(served.state.prefect_api):
         run = run_deployment(
@@ -207,7 +207,7 @@ def test_a_serving_node_runs_its_own_deployments_on_its_own_pool(
     deployments on its pool, and only its worker can run them (no other worker polls node-a)."""
     from prefect.deployments import run_deployment
 
-    from models.deployment import read_manifest
+    from models.node_manifest import read_manifest
 
     env = {**served.env, "PREHEAT_MLFLOW_URI": served.state.mlflow_ui or ""}
     node = subprocess.Popen(
