@@ -29,10 +29,12 @@ truth beside the manifest, and one that MLflow's copy-by-version layout gains no
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -308,30 +310,48 @@ def deploy_model(target: DeployTarget, name: str, version: str) -> DeployOutcome
     return replace(outcome, previous=previous, run_id=run_id, seconds=seconds)
 
 
+@contextmanager
+def _store_of(uri: str) -> Iterator[None]:
+    """Resolve `models:/` URIs and the pyfunc loader's store through `uri` inside the block.
+
+    MLflow 3.17 resolves `models:/` through the process's registry URI whatever
+    `download_artifacts(tracking_uri=...)` says; unset, that is ./mlflow.db, created in the
+    worker's directory. The environment is used, not `mlflow.set_registry_uri`, which would
+    stay set for the rest of the process (and its children) after the deploy; an explicit
+    `set_tracking_uri`/`set_registry_uri` made elsewhere still wins, as MLflow documents.
+    """
+    names = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+    previous = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, uri))
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _stage_and_check(
     target: DeployTarget, client: Any, name: str, version: str, staged: Path
 ) -> tuple[Deployed, dict[str, float]]:
     """Download into `staged`, load and check; the entry names the files as they will be once
     `staged` is renamed to the version."""
-    import mlflow
     from mlflow.artifacts import download_artifacts
 
     started = time.perf_counter()
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir(parents=True)
-    # `models:/` URIs resolve through the process's registry URI whatever `tracking_uri` says
-    # (MLflow 3.17): unset, that is ./mlflow.db, created in the worker's directory. Point the
-    # process at the store the model comes from (as `load_champion` does).
-    mlflow.set_tracking_uri(target.tracking_uri)
-    mlflow.set_registry_uri(target.tracking_uri)
-    # By version, not alias: resolved once at the start of the run.
-    download_artifacts(
-        f"models:/{name}/{version}", dst_path=str(staged), tracking_uri=target.tracking_uri
-    )
-    downloaded = time.perf_counter()
-    kind = _kind(staged)
-    device = target.device if kind == "llm" else "cpu"  # the forecaster: see the module doc
-    checked = _check_llm(staged, device) if kind == "llm" else _check_forecaster(staged, name)
+    with _store_of(target.tracking_uri):
+        # By version, not alias: resolved once at the start of the run.
+        download_artifacts(
+            f"models:/{name}/{version}", dst_path=str(staged), tracking_uri=target.tracking_uri
+        )
+        downloaded = time.perf_counter()
+        kind = _kind(staged)
+        device = target.device if kind == "llm" else "cpu"  # the forecaster: see the module doc
+        checked = _check_llm(staged, device) if kind == "llm" else _check_forecaster(staged, name)
     final = Path("models") / node_name(name) / version / checked.path.relative_to(staged)
     run_id = str(client.get_model_version(name, version).run_id)
     at = datetime.now(UTC).isoformat(timespec="seconds")
