@@ -47,15 +47,13 @@ def open_runner(config: GatewayConfig) -> Runner:
             str(config.base_url), str(config.upstream_model), config.upstream_api_key,
             config.upstream_timeout_s,
         )  # fmt: skip
-    from models.llm.backends import HFBackend
-    from models.node_manifest import LLM_MODEL, deployed_model
+    from flows.warmup.run import open_hf_backend
 
-    if config.model_path is not None:
-        return InProcessRunner(HFBackend.from_path(config.model_path, config.device))
-    deployed = deployed_model(config.data_dir, LLM_MODEL)
-    if deployed is not None:
-        return InProcessRunner(HFBackend.from_path(deployed[1], config.device))
-    return InProcessRunner(HFBackend.from_registry(config.mlflow_uri, device=config.device))
+    backend = open_hf_backend(
+        config.model_path, config.mlflow_uri, config.data_dir, device=config.device,
+        purpose="to serve",
+    )  # fmt: skip
+    return InProcessRunner(backend)
 
 
 def open_cache(config: GatewayConfig) -> HybridCache:

@@ -40,7 +40,7 @@ class DeploymentSpec:
         return f"{ENTRYPOINTS}.{self.flow_attr}"
 
 
-def _absolute_sqlite(uri: str, root: Path) -> str:
+def absolute_sqlite(uri: str, root: Path) -> str:
     """`sqlite:///mlruns/mlflow.db` resolved against `root` (other URIs are left as they are)."""
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
@@ -55,7 +55,7 @@ def deployment_specs(
     serve = settings.serve
     data_dir = str((root / settings.data_dir).resolve())
     mlflow = {
-        "mlflow_uri": _absolute_sqlite(settings.mlflow_uri, root),
+        "mlflow_uri": absolute_sqlite(settings.mlflow_uri, root),
         "mlflow_artifacts": str((root / settings.mlflow_artifacts).resolve()),
     }
     lake = {"data_dir": data_dir}

@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from cache_runtime.settings import Settings
-from flows.serve.deployments import deployment_specs, describe_deployments, register
+from flows.serve.deployments import (
+    absolute_sqlite,
+    deployment_specs,
+    describe_deployments,
+    register,
+)
 from flows.serve.processes import (
     ManagedProcess,
     ServiceStartError,
@@ -205,9 +210,7 @@ class Platform:
         )  # fmt: skip
 
     def _mlflow_uri(self) -> str:
-        from flows.serve.deployments import _absolute_sqlite
-
-        return _absolute_sqlite(self.settings.mlflow_uri, self.options.root)
+        return absolute_sqlite(self.settings.mlflow_uri, self.options.root)
 
     def _artifacts(self) -> Path:
         path = (self.options.root / self.settings.mlflow_artifacts).resolve()

@@ -79,14 +79,13 @@ def trigger(
     from prefect.deployments import run_deployment
     from prefect.exceptions import ObjectNotFound
 
+    from flows.serve.deployments import describe_deployments
+
     with get_client(sync_client=True) as client:
         try:
             deployment = client.read_deployment_by_name(name)
         except ObjectNotFound:
-            known = sorted(
-                f"{f.name}/{d.name}" for d in client.read_deployments()
-                for f in [client.read_flow(d.flow_id)]
-            )  # fmt: skip
+            known = [row["name"] for row in describe_deployments()]
             raise TriggerError(
                 f"no deployment {name!r}; known: {', '.join(known) or 'none (is serve running?)'}"
             ) from None

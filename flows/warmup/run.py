@@ -75,27 +75,42 @@ def open_backend(
     Raises:
         LookupError: hf without a model path, nothing deployed, and no registered champion.
     """
-    from models.llm.backends import HFBackend, OpenAICompatibleBackend
-    from models.node_manifest import LLM_MODEL, deployed_model, node_name
+    from models.llm.backends import OpenAICompatibleBackend
 
     if spec.kind == "null":
         return NullBackend()
     if spec.kind == "openai":
         return OpenAICompatibleBackend(str(spec.base_url), str(spec.model_name))
-    if spec.model_path:
-        return HFBackend.from_path(spec.model_path)
+    return open_hf_backend(spec.model_path, spec.mlflow_uri, data_dir, node)
+
+
+def open_hf_backend(
+    model_path: str | Path | None, mlflow_uri: str | None, data_dir: str | Path | None,
+    node: str | None = None, device: str | None = None, purpose: str = "to warm with",
+) -> Any:  # fmt: skip
+    """The in-process LLM of a node, for warm-up and the gateway alike: `model_path`, else the
+    `preheat-llm` version deployed on `node` under `data_dir`, else the registry's champion.
+
+    Raises:
+        LookupError: no model path, nothing deployed, and no store to find a champion in.
+    """
+    from models.llm.backends import HFBackend
+    from models.node_manifest import LLM_MODEL, deployed_model, node_name
+
+    if model_path:
+        return HFBackend.from_path(model_path, device)
     deployed = deployed_model(data_dir, LLM_MODEL, node) if data_dir is not None else None
     if deployed is not None:
         entry, path = deployed
-        backend = HFBackend.from_path(path)
+        backend = HFBackend.from_path(path, device)
         backend.source = f"{LLM_MODEL} version {entry.version} deployed on {node_name(node)}"
         return backend
-    uri = spec.mlflow_uri or Settings().mlflow_uri
+    uri = mlflow_uri or Settings().mlflow_uri
     if missing_sqlite_store(uri):  # looking would create the store
         raise LookupError(
-            f"no LLM to warm with: give a model path (--model-path) or register one in {uri}"
+            f"no LLM {purpose}: give a model path (--model-path) or register one in {uri}"
         )
-    return HFBackend.from_registry(uri)
+    return HFBackend.from_registry(uri, device=device)
 
 
 @dataclass(frozen=True)
