@@ -37,13 +37,18 @@ CLASSIC_LAMBDA_PER_DAY = 0.5
 
 @dataclass(frozen=True)
 class DecayParams:
-    """The coupled decay's parameters. `half_life_s` is the age at which heat halves."""
+    """The coupled decay's parameters. `half_life_s` is the age at which heat halves;
+    `priority_weight` w weighs a request of priority p by (p / 10) ** w (`HeatPolicy`): 0 ignores
+    priority, 1 (the default) is the classic formula's linear priority / 10."""
 
     half_life_s: float = math.log(2) / CLASSIC_LAMBDA_PER_DAY * DAY_S
+    priority_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.half_life_s > 0 or not math.isfinite(self.half_life_s):
             raise ValueError("half_life_s must be a positive finite number of seconds")
+        if not self.priority_weight >= 0 or not math.isfinite(self.priority_weight):
+            raise ValueError("priority_weight must be a finite number >= 0")
 
     @property
     def lambda_per_s(self) -> float:
@@ -59,16 +64,37 @@ class DecayParams:
         """Write atomically (the cache runtime may be reading): tmp file, then rename."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"half_life_s": self.half_life_s, **provenance}, default=str))
+        params = {"half_life_s": self.half_life_s, "priority_weight": self.priority_weight}
+        tmp.write_text(json.dumps({**params, **provenance}, default=str))
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path) -> DecayParams:
         """The tuned parameters (`tune-decay` flow), or the default when none were written yet.
-        A corrupt file raises: silently falling back would hide a broken tuner."""
+        A corrupt file raises: silently falling back would hide a broken tuner. A file written
+        before the priority weight was tuned has none: it gets the default (1.0)."""
         if not path.is_file():
             return cls()
-        return cls(half_life_s=float(json.loads(path.read_text())["half_life_s"]))
+        data = json.loads(path.read_text())
+        return cls(
+            half_life_s=float(data["half_life_s"]),
+            priority_weight=float(data.get("priority_weight", cls.priority_weight)),
+        )
+
+
+def decay_params_path(data_dir: str | Path) -> Path:
+    """Where `tune-decay` publishes the decay and the cache runtime reads it."""
+    return Path(data_dir) / "tuning" / "decay.json"
+
+
+def tuned_half_life_s(path: Path, default: float = DEFAULT_HALF_LIFE_S) -> float:
+    """The half-life the `tune-decay` flow published at `path`, else `default`.
+
+    For the tiers that rank by decayed access frequency (the SSD tier): until a tuning has run
+    they keep their own default (an hour), not the coupled decay's 1.4 days, which on prefix
+    pages behaves like LFU.
+    """
+    return DecayParams.load(path).half_life_s if path.is_file() else default
 
 
 def coupled_heat(
@@ -78,7 +104,9 @@ def coupled_heat(
     params: DecayParams = DecayParams(),
     clock: Callable[[], float] = time.time,
 ) -> np.ndarray:
-    """heat = sim x exp(-lambda x age) x priority / 10, element-wise, in [0, 1].
+    """heat = sim x exp(-lambda x age) x (priority / 10) ** w, element-wise, in [0, 1].
+
+    w is `params.priority_weight`: 1 (the default) is the classic formula, priority / 10.
 
     Args:
         sim: similarity of each item to its template, in [0, 1].
@@ -101,7 +129,7 @@ def coupled_heat(
     if np.any(~np.isfinite(last_seen)):
         raise ValueError("last_seen_s must be finite")
     age = np.maximum(clock() - last_seen, 0.0)
-    return sim * np.exp(-params.lambda_per_s * age) * (priority / 10.0)
+    return sim * np.exp(-params.lambda_per_s * age) * (priority / 10.0) ** params.priority_weight
 
 
 def decay_rate(half_life_s: float) -> float:

@@ -137,15 +137,29 @@ class HeatPolicy(EvictionPolicy):
     the knob the decay tuner (`preheat tune decay`) searches. Entries sit in a heap keyed by
     the time-invariant score log(heat) + lambda x last_access, with stale entries skipped
     lazily, so an access or an eviction costs O(log n).
+
+    Priorities (optional): an access by a request of priority p (1..10) adds (p / 10) ** w
+    instead of 1, w = `priority_weight` >= 0. w = 0 ignores priorities, w = 1 is the coupled
+    heat's linear priority (`cache_runtime.heat.coupled_heat`), a larger w lets pages that
+    high-priority requests reuse outlast a churn of low-priority one-offs; the tuner searches w
+    with the half-life. The priority comes with each access (`on_insert_priority` /
+    `on_access_priority`), not as a per-key attribute: a page shared by requests of several
+    priorities earns heat from each at its own weight. Separate methods rather than an optional
+    argument of `on_insert` / `on_access`: those stay exactly as they were (an access adds 1.0)
+    and as fast, since the replay and the memory tier call them per access (an optional argument
+    with its `is None` test cost a few percent there on the Mooncake trace).
     """
 
     name = "heat"
     uses_time = True
 
-    def __init__(self, half_life: float = 3600.0) -> None:
+    def __init__(self, half_life: float = 3600.0, priority_weight: float = 1.0) -> None:
         if not half_life > 0:
             raise ValueError("half_life must be positive")
+        if not (priority_weight >= 0 and math.isfinite(priority_weight)):
+            raise ValueError("priority_weight must be a finite number >= 0")
         self.rate = math.log(2) / half_life
+        self.priority_weight = float(priority_weight)
         self._state: dict[str, tuple[float, float, float]] = {}  # key -> (heat, last, score)
         self._heap: list[tuple[float, int, str]] = []
         self._tick = 0
@@ -162,6 +176,16 @@ class HeatPolicy(EvictionPolicy):
     def on_access(self, key: str, now: float) -> None:
         heat, last, _ = self._state[key]
         self._set(key, heat * math.exp(-self.rate * max(0.0, now - last)) + 1.0, now)
+
+    def on_insert_priority(self, key: str, now: float, hint: str | None, priority: float) -> None:
+        """`on_insert` for a request of priority `priority` (1..10): heat (p / 10) ** w."""
+        self._set(key, (priority / 10) ** self.priority_weight, now)
+
+    def on_access_priority(self, key: str, now: float, priority: float) -> None:
+        """`on_access` for a request of priority `priority` (1..10): adds (p / 10) ** w."""
+        heat, last, _ = self._state[key]
+        gain = (priority / 10) ** self.priority_weight
+        self._set(key, heat * math.exp(-self.rate * max(0.0, now - last)) + gain, now)
 
     def on_remove(self, key: str) -> None:
         self._state.pop(key, None)

@@ -25,15 +25,27 @@ def replay(
     capacity: int,
     hints: bool = True,
     times: np.ndarray | None = None,
+    priorities: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per-access hit mask. `accesses`: (N,) int64 object ids in order; `request_starts`:
     (R,) index of each request's first access. With `hints`, each request's last block is
     inserted with `Hint.TAIL` — only for traces whose requests have several blocks: where every
     access is its own request (key-value traces), "last block of the prompt" means nothing.
-    `times`: (N,) seconds of each access for time-aware policies; else the access index."""
+    `times`: (N,) seconds of each access for time-aware policies; else the access index.
+    `priorities`: (N,) priority (1..10) of the request each access belongs to, for policies
+    that weigh accesses by it (`HeatPolicy`): then each access goes to the policy's
+    `on_insert_priority` / `on_access_priority` with its priority. An argument per access rather
+    than a "current priority" set on the policy before each call: no hidden state to forget, and
+    the memory tier can pass a request's priority the same way. None (the default) runs the
+    loop exactly as before, so policies without priorities pay nothing for them."""
     if capacity <= 0:
         raise ValueError("capacity must be positive")
     n = len(accesses)
+    if priorities is not None:
+        if not hasattr(policy, "on_access_priority"):
+            raise ValueError(f"policy {policy.name!r} does not weigh accesses by priority")
+        if np.shape(priorities) != (n,):
+            raise ValueError(f"priorities must have shape ({n},), got {np.shape(priorities)}")
     tails = np.zeros(n, dtype=bool)
     if hints and 0 < len(request_starts) < n:
         tails[np.append(request_starts[1:], n) - 1] = True
@@ -41,6 +53,9 @@ def replay(
     resident: set[int] = set()
     keys = accesses.tolist()
     clock = times.tolist() if times is not None else [float(i) for i in range(n)]
+    if priorities is not None:
+        weights = np.asarray(priorities).tolist()
+        return _replay_priorities(policy, keys, clock, tails, capacity, weights)
     on_access, on_insert, on_remove, victim = (
         policy.on_access, policy.on_insert, policy.on_remove, policy.victim,
     )  # fmt: skip
@@ -56,6 +71,34 @@ def replay(
             on_remove(gone)
             resident.discard(gone)
         on_insert(key, clock[i], Hint.TAIL if tails[i] else None)
+        resident.add(obj)
+    return hits
+
+
+def _replay_priorities(
+    policy: EvictionPolicy,
+    keys: list[int],
+    clock: list[float],
+    tails: np.ndarray,
+    capacity: int,
+    priority: list[float],
+) -> np.ndarray:
+    """`replay`'s loop with each access's priority (a copy, so the plain loop stays as fast)."""
+    hits = np.zeros(len(keys), dtype=bool)
+    resident: set[int] = set()
+    on_access = policy.on_access_priority  # type: ignore[attr-defined]
+    on_insert = policy.on_insert_priority  # type: ignore[attr-defined]
+    on_remove, victim = policy.on_remove, policy.victim
+    for i, obj in enumerate(keys):
+        if obj in resident:
+            hits[i] = True
+            on_access(obj, clock[i], priority[i])
+            continue
+        if len(resident) >= capacity:
+            gone = victim(_never)
+            on_remove(gone)
+            resident.discard(gone)
+        on_insert(obj, clock[i], Hint.TAIL if tails[i] else None, priority[i])
         resident.add(obj)
     return hits
 

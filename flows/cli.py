@@ -311,7 +311,9 @@ def tune_decay_command(
         bool, typer.Option("--json", help="Accepted for symmetry; output is JSON.")
     ] = True,
 ) -> None:
-    """Tune the heat decay's half-life by Bayesian optimisation over a replay of the trace."""
+    """Tune the heat decay's half-life by Bayesian optimisation over a replay of the trace, and
+    the priority weight with it when the trace's requests have several priorities (the JSON's
+    `priority_weight`; null, with a `priority_weight_note`, when they do not: Mooncake)."""
     from flows.bench.traces import TraceError, load_trace
     from models.heat.tuning import tune_decay
 
@@ -322,10 +324,11 @@ def tune_decay_command(
     except TraceError as err:
         raise CliError(str(err)) from None
     entries = max(1, round(capacity * loaded.unique))
-    with stderr.status(f"tuning the decay over {rounds} rounds and a {grid}-point grid"):
+    with stderr.status(f"tuning the decay over {rounds} rounds and a grid of {grid} half-lives"):
         result = tune_decay(
-            loaded.accesses, loaded.request_starts, loaded.times, entries, rounds, grid
-        )
+            loaded.accesses, loaded.request_starts, loaded.times, entries, rounds, grid,
+            priorities=loaded.priorities,
+        )  # fmt: skip
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 
 

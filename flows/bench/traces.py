@@ -35,6 +35,9 @@ class AccessTrace:
     request_starts: np.ndarray  # (R,) int64 index of each request's first access
     times: np.ndarray | None = None  # (N,) float64 seconds of each access, where the trace has them
     tokens: np.ndarray | None = None  # (N,) int64 prompt tokens in each block, where known
+    # (N,) int64 priority (1..10) of the request each access belongs to, where the source has one
+    # (the lake's requests do; Mooncake and key-value traces do not)
+    priorities: np.ndarray | None = None
 
     @property
     def unique(self) -> int:
@@ -51,6 +54,7 @@ class AccessTrace:
             self.request_starts[-count:] - first,
             None if self.times is None else self.times[first:],
             None if self.tokens is None else self.tokens[first:],
+            None if self.priorities is None else self.priorities[first:],
         )
 
 
@@ -175,7 +179,8 @@ def write_oracle(trace: AccessTrace, path: Path) -> None:
 
 
 def trace_from_requests(requests: pd.DataFrame, name: str = "lake") -> AccessTrace:
-    """`RequestLog` rows (timestamp, prefix_hashes, prompt_tokens) as a trace of KV pages.
+    """`RequestLog` rows (timestamp, prefix_hashes, prompt_tokens, and priority when the frame
+    has that column) as a trace of KV pages, each page carrying its request's priority.
 
     The platform hashes 16-token pages (`cache_runtime.prefix_hash`), chained, so a page id names
     its whole prefix exactly as Mooncake's block ids do; requests without hashes are skipped.
@@ -190,10 +195,14 @@ def trace_from_requests(requests: pd.DataFrame, name: str = "lake") -> AccessTra
     ends = np.cumsum(lengths) - 1
     rest = rows["prompt_tokens"].to_numpy(dtype=np.int64) - PAGE_TOKENS * (lengths - 1)
     tokens[ends] = np.clip(rest, 1, PAGE_TOKENS)
+    priorities = None
+    if "priority" in rows.columns:
+        priorities = np.repeat(rows["priority"].to_numpy(dtype=np.int64), lengths)
     return AccessTrace(
         name,
         np.concatenate(pages),
         np.concatenate([[0], ends[:-1] + 1]).astype(np.int64),
         np.repeat(seconds, lengths),
         tokens,
+        priorities,
     )

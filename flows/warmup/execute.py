@@ -77,6 +77,7 @@ def node_cache(
     into memory on first use. No Redis tier without a configured URL: a private Redis started
     for the run would vanish with it.
     """
+    from cache_runtime.heat import decay_params_path, tuned_half_life_s
     from cache_runtime.hybrid import HybridCache
     from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
 
@@ -84,7 +85,9 @@ def node_cache(
     if memory_bytes > 0:
         tiers.append(MemoryTier(memory_bytes))
     if ssd_bytes > 0:
-        tiers.append(SSDTier(Path(settings.data_dir) / "cache" / "ssd", ssd_bytes))
+        # The SSD tier ranks by decayed access frequency: with the half-life `tune-decay` chose.
+        half_life = tuned_half_life_s(decay_params_path(settings.data_dir))
+        tiers.append(SSDTier(Path(settings.data_dir) / "cache" / "ssd", ssd_bytes, half_life))
     if settings.redis_url:
         tiers.append(RedisTier(redis_client(settings.redis_url), namespace=redis_namespace))
     if not tiers:

@@ -10,7 +10,14 @@ from helpers import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cache_runtime.heat import DAY_S, DecayParams, coupled_heat
+from cache_runtime.heat import (
+    DAY_S,
+    DEFAULT_HALF_LIFE_S,
+    DecayParams,
+    coupled_heat,
+    decay_params_path,
+    tuned_half_life_s,
+)
 
 NOW = 1_700_000_000.0
 clock = FakeClock(NOW)
@@ -90,3 +97,21 @@ def test_bad_params_are_rejected() -> None:
         DecayParams(half_life_s=0)
     with pytest.raises(ValueError):
         DecayParams.from_lambda_per_day(-1)
+
+
+def test_priority_weight_scales_the_priority_term() -> None:
+    clock = FakeClock(1000.0)
+    seen = np.full(3, 1000.0)
+    priorities = np.array([1, 5, 10])
+    flat = coupled_heat(1.0, seen, priorities, DecayParams(priority_weight=0.0), clock)
+    square = coupled_heat(1.0, seen, priorities, DecayParams(priority_weight=2.0), clock)
+    np.testing.assert_allclose(flat, [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(square, [0.01, 0.25, 1.0])
+
+
+def test_tiers_keep_their_default_until_a_tuning_is_published(tmp_path) -> None:
+    path = decay_params_path(tmp_path)
+    assert tuned_half_life_s(path) == DEFAULT_HALF_LIFE_S
+    DecayParams(half_life_s=42.0, priority_weight=0.5).save(path, objective=0.1)
+    assert tuned_half_life_s(path) == 42.0
+    assert DecayParams.load(path).priority_weight == 0.5
