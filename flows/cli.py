@@ -27,6 +27,7 @@ from flows.cli_common import (
 from flows.cli_common import settings_from as _settings
 from flows.cli_forecast import bench_forecast_command, bench_hotset_command, train
 from flows.cli_gateway import gateway_command
+from flows.cli_heat import simulate
 from flows.cli_models import register
 from flows.cli_replay import replay_command
 from flows.cli_semantic import bench_semantic_command
@@ -293,6 +294,7 @@ app.command("trigger")(trigger_command)
 
 tune = typer.Typer(help="Online tuning of the platform's own parameters.", no_args_is_help=True)
 app.add_typer(tune, name="tune")
+app.add_typer(simulate, name="simulate")
 
 
 @tune.command("decay")

@@ -1,0 +1,1 @@
+"""The `train-heat-gan` flow: the heat-evolution simulator trained on the lake's demand."""
