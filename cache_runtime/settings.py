@@ -57,6 +57,7 @@ class ServeSettings(BaseModel):
     ingest_interval_s: int = Field(default=300, gt=0)
     features_interval_s: int = Field(default=900, gt=0)
     train_forecaster_cron: str = "0 2 * * *"
+    train_heat_gan_cron: str = "0 3 * * 0"  # weekly: heat dynamics move slower than demand
     tune_decay_interval_s: int = Field(default=3600, gt=0)
     mine_templates_cron: str = "30 2 * * *"
     warmup_interval_s: int = Field(default=600, gt=0)

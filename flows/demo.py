@@ -131,6 +131,41 @@ def _forecast_stage(settings: Settings) -> dict:
     } | {"eval_mae": result["eval_mae"], "predicted_hottest": hottest}
 
 
+def _heat_stage(settings: Settings) -> dict:
+    """Train and gate the heat GAN, then ask the champion what a burst on the first tenant's
+    tenth-ranked key would do to its warm-up plan (figure in data/reports/heat_sim.png)."""
+    from data_contracts.derived import read_demand
+    from flows.heat.flow import train_heat_gan_flow
+    from models.heat.registry import heat_panel, load_champion_gan
+    from models.heat.simulate import Event, simulate, simulation_figure
+
+    result = train_heat_gan_flow(
+        data_dir=str(settings.data_dir), mlflow_uri=settings.mlflow_uri,
+        mlflow_artifacts=str(settings.mlflow_artifacts), top_k=20, epochs=3,
+    )  # fmt: skip
+    out = {key: result[key] for key in ("version", "promoted", "reason")}
+    try:
+        module, meta, _ = load_champion_gan(settings.mlflow_uri)
+    except LookupError:  # the gate rejected the first model: nothing to simulate with
+        return out
+    demand = read_demand(settings.data_dir / "features", str(meta["granularity"]))
+    tenant = sorted(str(t) for t in demand["tenant"].unique())[0]
+    panel = heat_panel(demand[demand["tenant"] == tenant], module.config.half_life_buckets, 20)
+    plain = simulate(module, panel.heat, panel.keys, n_paths=32, top_k=len(panel.keys))
+    ranked = plain.summary["baseline_top"]  # every key, hottest first
+    key = ranked[min(9, len(ranked) - 1)]  # the tenth: just outside a top-5 plan
+    burst = simulate(module, panel.heat, panel.keys, 32, events=[Event(0, key, 1.0)], top_k=5)
+    plot = settings.data_dir / "reports" / "heat_sim.png"
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    simulation_figure(burst).savefig(plot, dpi=100)
+    moved = burst.summary["keys"][key]
+    return out | {
+        "simulated": {"tenant": tenant, "key": key, "event": f"0:{key}:1.0",
+                      "entered_top_5": burst.summary["entered"],
+                      "rank_before": moved["rank_before"], "rank_after": moved["rank_after"]},
+    }  # fmt: skip
+
+
 def _llm_stage(settings: Settings) -> dict[str, str]:
     """Register the tiny GPT-2 as `preheat-llm` unless a champion exists, so `make serve`'s
     warm-up and deploy-models have a model after the demo (a user's own stays champion)."""
@@ -182,6 +217,15 @@ def run_demo(settings: Settings, log: Path | None, days: float, console: Console
             f"train-forecaster: v{forecast['version']} chose {forecast['chosen']}, "
             f"{forecast['reason']}"
         )
+        with console.status("flow train-heat-gan: the heat simulator, realism vs naive"):
+            heat = _heat_stage(settings)
+        console.print(f"train-heat-gan: v{heat['version']}, {heat['reason']}")
+        if "simulated" in heat:
+            sim = heat["simulated"]
+            console.print(
+                f"simulate heat: a burst on {sim['tenant']}'s {sim['key']} moves it from rank "
+                f"{sim['rank_before']} to {sim['rank_after']}; top 5 gains {sim['entered_top_5']}"
+            )
         with console.status("registry: the tiny GPT-2 as preheat-llm, for warm-up and serving"):
             llm = _llm_stage(settings)
         console.print(f"registry: preheat-llm@champion is version {llm['champion']}")
@@ -196,6 +240,7 @@ def run_demo(settings: Settings, log: Path | None, days: float, console: Console
         streamed=streamed,
         cache=cache,
         forecast=forecast,
+        heat=heat,
         llm=llm,
         replay=replay,
         wall_seconds=round(time.perf_counter() - started, 1),

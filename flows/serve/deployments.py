@@ -77,6 +77,11 @@ def deployment_specs(
             {**lake, **mlflow}, cron=serve.train_forecaster_cron,
         ),
         DeploymentSpec(
+            "train_heat_gan",
+            "Train the heat-evolution GAN, measure its realism, register; champion if it wins.",
+            {**lake, **mlflow}, cron=serve.train_heat_gan_cron,
+        ),
+        DeploymentSpec(
             "tune_decay", "Tune the heat half-life on the latest requests of the lake.",
             {**lake, **mlflow, "skip_if_empty": True}, interval_s=serve.tune_decay_interval_s,
         ),

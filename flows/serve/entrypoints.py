@@ -16,6 +16,7 @@ from flows.deploy.flow import deploy_models_flow
 from flows.drift.flow import check_drift_flow
 from flows.features.flow import features_flow
 from flows.forecast.flow import train_forecaster_flow
+from flows.heat.flow import train_heat_gan_flow
 from flows.ingest.flow import ingest_flow, ingest_stream_flow
 from flows.serve.peaks import plan_peak_warmups_flow
 from flows.templates.flow import mine_templates_flow
@@ -30,6 +31,7 @@ ingest = ingest_flow.with_options(**_retry)
 ingest_stream = ingest_stream_flow.with_options(**_retry)
 features = features_flow.with_options(**_retry)
 train_forecaster = train_forecaster_flow.with_options(**_retry)
+train_heat_gan = train_heat_gan_flow.with_options(**_retry)
 tune_decay = tune_decay_flow.with_options(**_retry)
 mine_templates = mine_templates_flow.with_options(**_retry)
 warmup = warmup_flow.with_options(**_retry)

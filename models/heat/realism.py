@@ -111,9 +111,13 @@ def discriminative_score(real: np.ndarray, fake: np.ndarray, seed: int = 0) -> f
 
 
 def lag_correlations(sequences: np.ndarray, start: int) -> np.ndarray:
-    """(B, L+T) -> (len(LAGS),): pooled correlation of x[t] and x[t-lag] for t >= start."""
+    """(B, L+T) -> (len(LAGS),): pooled correlation of x[t] and x[t-lag] for t >= start.
+    A lag longer than the history (`start`) reaches no further back than the sequence: 0."""
     out = []
     for lag in LAGS:
+        if lag > start:
+            out.append(0.0)
+            continue
         now = sequences[:, start:].ravel()
         before = sequences[:, start - lag : sequences.shape[1] - lag].ravel()
         if now.std() == 0 or before.std() == 0:

@@ -38,6 +38,8 @@ class Event:
     delta: float
 
     def __post_init__(self) -> None:
+        if isinstance(self.at, bool) or not isinstance(self.at, int | np.integer):
+            raise ValueError(f"event time must be a whole number of buckets, got {self.at!r}")
         if self.at < 0:
             raise ValueError(f"event time must be >= 0 buckets ahead, got {self.at}")
         if not np.isfinite(self.delta):
@@ -179,7 +181,7 @@ def simulate(
     """
     history = np.atleast_2d(np.asarray(history, dtype=np.float64))
     keys = list(keys)
-    horizon = horizon or model.config.horizon
+    horizon = model.config.horizon if horizon is None else horizon
     if history.shape[0] != len(keys) or len(set(keys)) != len(keys):
         raise ValueError("history needs one row per key, and keys must be unique")
     if history.shape[1] < model.config.history:

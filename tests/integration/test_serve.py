@@ -100,6 +100,7 @@ def test_every_deployment_is_registered_with_its_schedule(served: Served) -> Non
         "ingest-stream/preheat": ["every 300 s"],
         "features/preheat": ["every 900 s"],
         "train-forecaster/preheat": ["cron 0 2 * * * UTC"],
+        "train-heat-gan/preheat": ["cron 0 3 * * 0 UTC"],
         "tune-decay/preheat": ["every 3600 s"],
         "mine-templates/preheat": ["cron 30 2 * * * UTC"],
         "warmup/preheat": ["every 600 s"],
