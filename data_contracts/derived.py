@@ -57,3 +57,15 @@ def read_demand(features_dir: Path, granularity: str) -> pd.DataFrame:
         return DemandSeries.validate(empty)
     table = pq.read_table(path, schema=ARROW_SCHEMAS["demand"])
     return DemandSeries.validate(table.to_pandas(types_mapper=arrow_types), lazy=True)
+
+
+def require_demand(data_dir: Path, granularity: str) -> pd.DataFrame:
+    """`read_demand` for a model that cannot train on nothing: `LookupError` saying what to run
+    when the lake has no demand series of that granularity yet."""
+    demand = read_demand(Path(data_dir) / "features", granularity)
+    if demand.empty:
+        raise LookupError(
+            f"no {granularity} demand features under {data_dir}: "
+            "run `preheat ingest` and `preheat features` first"
+        )
+    return demand

@@ -15,7 +15,7 @@ from prefect import flow, task
 
 from cache_runtime.settings import Settings
 from data_contracts import GRANULARITIES
-from data_contracts.derived import read_demand
+from data_contracts.derived import require_demand
 from models.forecast.attention import AttentionConfig
 
 
@@ -45,12 +45,7 @@ def train_task(
     from models.forecast.registry import train_and_register
 
     chosen = TrainForecasterParams(**params)
-    demand = read_demand(Path(data_dir) / "features", chosen.granularity)
-    if demand.empty:
-        raise LookupError(
-            f"no {chosen.granularity} demand features under {data_dir}: "
-            "run `preheat ingest` and `preheat features` first"
-        )
+    demand = require_demand(Path(data_dir), chosen.granularity)
     config = AttentionConfig(horizon=chosen.horizon, epochs=chosen.epochs, seed=chosen.seed)
     return train_and_register(
         demand, mlflow_uri, Path(mlflow_artifacts), chosen.top_k, chosen.recent, config,

@@ -15,7 +15,7 @@ from prefect import flow, task
 
 from cache_runtime.settings import Settings
 from data_contracts import GRANULARITIES
-from data_contracts.derived import read_demand
+from data_contracts.derived import require_demand
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,7 @@ def train_heat_gan_task(
     from models.heat.registry import train_and_register_gan
 
     chosen = TrainHeatGanParams(**params)
-    demand = read_demand(Path(data_dir) / "features", chosen.granularity)
-    if demand.empty:
-        raise LookupError(
-            f"no {chosen.granularity} demand features under {data_dir}: "
-            "run `preheat ingest` and `preheat features` first"
-        )
+    demand = require_demand(Path(data_dir), chosen.granularity)
     config = GanConfig(
         horizon=chosen.horizon, epochs=chosen.epochs,
         half_life_buckets=chosen.half_life_buckets, seed=chosen.seed,

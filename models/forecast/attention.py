@@ -21,7 +21,6 @@ Shape names: B samples, S scales, L context tokens per scale, D model width, H h
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
+
+from models.training import fit_on_cpu
 
 LEVEL_FLOOR = 1.0  # a key with almost no recent demand is scaled as if it had one request/bucket
 
@@ -257,24 +258,7 @@ def train_module(
         )
         loader = DataLoader(dataset, batch_size=config.batch_size, sampler=sampler)
     module = ForecastModule(config)
-    trainer = pl.Trainer(
-        max_epochs=config.epochs,
-        accelerator="cpu",  # models this small train faster on one core than through a GPU launch
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        deterministic=True,
-    )
-    with warnings.catch_warnings():
-        # The tensors are already in memory: loader worker processes would cost more than they
-        # save, so Lightning's "does not have many workers" advice does not apply.
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
-        # pytorch-lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; not ours.
-        warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*", category=FutureWarning)
-        trainer.fit(module, loader)
-    module.eval()
+    fit_on_cpu(module, loader, config.epochs)
     return module
 
 

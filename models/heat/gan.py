@@ -17,7 +17,6 @@ distance cannot see (shape, autocorrelation). The same idea as TimeGAN's supervi
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from models.heat.series import HeatWindows
+from models.training import fit_on_cpu
 
 
 @dataclass(frozen=True)
@@ -215,21 +215,7 @@ def train_gan(windows: HeatWindows, config: GanConfig) -> HeatGan:
         generator=torch.Generator().manual_seed(config.seed),
     )
     module = HeatGan(config)
-    trainer = pl.Trainer(
-        max_epochs=config.epochs,
-        accelerator="cpu",  # a model this small trains faster on one core than through a launch
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        deterministic=True,
-    )
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
-        warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*", category=FutureWarning)
-        trainer.fit(module, loader)
-    module.eval()
+    fit_on_cpu(module, loader, config.epochs)
     return module
 
 
