@@ -197,7 +197,10 @@ def simulate(
     peak = np.maximum(history.max(axis=1), 1.0)  # (K,) the unit an event's delta is in
     for event in events:
         if event.key not in index:
-            raise ValueError(f"event key {event.key!r} is not among the simulated keys")
+            shown = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+            raise ValueError(
+                f"event key {event.key!r} is not among the {len(keys)} simulated keys ({shown})"
+            )
         if event.at >= horizon:
             raise ValueError(f"event at bucket {event.at} is past the horizon ({horizon})")
         bump = bumps.setdefault(event.at, np.zeros(len(keys)))

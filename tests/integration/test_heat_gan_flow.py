@@ -109,7 +109,7 @@ def test_simulate_heat_on_the_champion(trained: tuple[dict, str, Path], data_dir
     ("args", "message"),
     [
         (("--event", "nonsense"), "expected AT:KEY:DELTA"),
-        (("--event", "0:template:nope:1"), "not among the simulated keys"),
+        (("--event", "0:template:nope:1"), "simulated keys"),
         (("--tenant", "nobody"), "no tenant 'nobody'"),
         ((), "several tenants"),
         (("--model", "missing.pt"), "no such file"),

@@ -701,7 +701,7 @@ def test_simulate_uses_the_last_history_buckets(model: HeatGan, sim_history: np.
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"events": [Event(0, "nobody", 1.0)]}, "not among the simulated keys"),
+        ({"events": [Event(0, "nobody", 1.0)]}, "simulated keys"),
         ({"events": [Event(T, "warm", 1.0)]}, "past the horizon"),
         ({"history": "short"}, "the model needs"),
         ({"history": "nan"}, "finite"),
