@@ -74,7 +74,12 @@ def test_bench_hotset_json(mooncake_like: Path, tmp_path: Path) -> None:
     oracle = result["methods"]["oracle"]["recall_of_requests"]
     for scores in result["methods"].values():
         assert 0 <= scores["recall_of_requests"] <= oracle + 1e-9
-    assert result["preheat_chosen"] in {"attention", "ewma_frequency", "decayed_frequency"}
+    assert result["preheat_chosen"] in {
+        "attention",
+        "ewma_frequency",
+        "decayed_frequency",
+        "feature_boost",
+    }
 
 
 def test_bench_hotset_too_few_windows_is_one_line(mooncake_like: Path, tmp_path: Path) -> None:

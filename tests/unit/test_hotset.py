@@ -22,6 +22,7 @@ from models.forecast.hotset import (
     top_k,
     window_metrics,
 )
+from models.forecast.hotset_features import FeatureBoost
 
 # Three 10 s windows of keys 10..50, then one request at t=30 that opens a partial window.
 TINY = [
@@ -115,8 +116,13 @@ def _by_key(kw: KeyWindows, scores: np.ndarray) -> dict[int, float]:
 
 @pytest.mark.parametrize(
     "make",
-    [LastWindow, lambda: EwmaFrequency(20), lambda: DecayedFrequency(20)],
-    ids=["last_window", "ewma", "decayed"],
+    [
+        LastWindow,
+        lambda: EwmaFrequency(20),
+        lambda: DecayedFrequency(20),
+        lambda: FeatureBoost(20, max_rounds=20),
+    ],
+    ids=["last_window", "ewma", "decayed", "feature_boost"],
 )
 def test_scores_at_window_w_ignore_everything_from_its_start(
     make: Callable[[], HotsetScorer],

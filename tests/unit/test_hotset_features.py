@@ -1,0 +1,134 @@
+"""Key features and the feature-boosted hot-set scorer: exact features, the past only, patterns
+that frequency misses, and the preheat chooser's tie rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.forecast.hotset import EwmaFrequency, KeyWindows, LastWindow, mean_metrics
+from models.forecast.hotset_features import FEATURES, FeatureBoost, key_features, training_rows
+from models.forecast.hotset_models import PreheatHotset
+
+# 10 s windows from t=0: key 1 at 0, 5 (w0) and 12 (w1); key 2 at 15 (w1); key 3 at 25 (w2);
+# key 4 at 31 only closes window 2 (its partial window is dropped).
+HAND = [(0, 1), (5, 1), (12, 1), (15, 2), (25, 3), (31, 4)]
+
+
+def hand(extra: list[tuple[float, int]] = ()) -> KeyWindows:
+    times, keys = zip(*sorted([*HAND, *extra]), strict=True)
+    return KeyWindows.build(np.array(times, dtype=float), np.array(keys), 10.0)
+
+
+def test_features_at_a_boundary_are_exact() -> None:
+    kw = hand()
+    codes, x = key_features(kw, 2)
+    assert kw.keys[codes].tolist() == [1, 2]  # key 3 comes in window 2 itself: not yet seen
+    row = dict(zip(FEATURES, x[0], strict=True))
+    assert row == pytest.approx(
+        {
+            "last_window": 1.0,
+            "ewma_0.2": 0.2 * 1 + 0.2 * 0.8 * 2,
+            "ewma_0.5": 0.5 * 1 + 0.5 * 0.5 * 2,
+            "turns": 3.0,
+            "since_last": 0.8,  # (20 - 12) / 10
+            "age": 2.0,  # (20 - 0) / 10
+            "mean_gap": 0.6,  # (12 - 0) / 10 / 2 gaps
+            "due": 0.8 / 0.6,
+        }
+    )
+    single = dict(zip(FEATURES, x[1], strict=True))
+    assert single["turns"] == 1 and single["since_last"] == pytest.approx(0.5)
+    assert np.isnan(single["mean_gap"]) and np.isnan(single["due"])
+    empty_codes, empty = key_features(kw, 0)
+    assert len(empty_codes) == 0 and empty.shape == (0, len(FEATURES))
+
+
+def test_a_request_in_window_w_does_not_change_its_features() -> None:
+    kw, w = hand(), 2
+    busier = hand([(21, 1), (22, 2), (29, 2)])  # more requests of seen keys, all in window 2
+    codes, x = key_features(kw, w)
+    codes_b, x_b = key_features(busier, w)
+    assert kw.keys[codes].tolist() == busier.keys[codes_b].tolist()
+    np.testing.assert_array_equal(x, x_b)
+    assert not np.array_equal(key_features(kw, 3)[1], key_features(busier, 3)[1])
+    windows, codes_t, _, y = training_rows(busier, [1, 2])
+    assert windows.tolist() == [1, 2, 2] and busier.keys[codes_t].tolist() == [1, 1, 2]
+    assert y.tolist() == [1, 1, 2]  # key 2 is first seen in window 1: no row for it there
+
+
+def _trace(pattern: str, seed: int = 0) -> KeyWindows:
+    """20 windows of 60 s. 'every_other': two groups of 30 keys, one requested in even windows,
+    the other in odd ones, so a key comes back exactly 2 windows after its last request.
+    'three_turns': 15 conversations start each window and have exactly one turn in each of
+    their first three windows, then stop. Both get 30 one-off keys per window."""
+    rng = np.random.default_rng(seed)
+    times, keys = [], []
+    for w in range(20):
+        if pattern == "every_other":
+            active = np.arange(30) + 100 * (w % 2)
+        else:
+            active = np.concatenate(
+                [1000 * s + np.arange(15) for s in range(w - 2, w + 1) if s >= 0]
+            )
+        one_off = 10**6 + 100 * w + np.arange(30)
+        batch = np.concatenate([active, one_off])
+        keys.append(batch)
+        times.append(w * 60 + rng.uniform(0, 60, len(batch)))
+    return KeyWindows.build(np.concatenate([*times, [1230.0]]), np.concatenate([*keys, [-1]]), 60)
+
+
+@pytest.mark.parametrize("pattern", ["every_other", "three_turns"])
+def test_patterns_frequency_misses_are_ranked_better_by_the_features(pattern: str) -> None:
+    kw = _trace(pattern)
+    ewma = EwmaFrequency(15).fit(kw, 12)
+    boost = FeatureBoost(15).fit(kw, 12)
+    ewma_recall = mean_metrics(kw, ewma, 15, range(12, 20))[1]
+    boost_recall = mean_metrics(kw, boost, 15, range(12, 20))[1]
+    assert boost.rounds > 0
+    # three_turns: 30 of a window's 75 requests come from keys seen before, so K = 15 recalls
+    # at most 0.2; every_other: 30 of 60, at most 0.25
+    assert boost_recall > ewma_recall + 0.1
+
+
+def test_unseen_keys_score_zero_and_seen_keys_positive() -> None:
+    kw = _trace("three_turns")
+    boost = FeatureBoost(15).fit(kw, 10)
+    for w in (10, 15):
+        scores = boost.scores(kw, w)
+        seen = kw.counts[:w].toarray().sum(0) > 0
+        assert (scores[seen] > 0).all() and (scores[~seen] == 0).all()
+
+
+def test_fit_is_deterministic() -> None:
+    kw = _trace("every_other", seed=3)
+    a, b = FeatureBoost(15, seed=7).fit(kw, 12), FeatureBoost(15, seed=7).fit(kw, 12)
+    np.testing.assert_array_equal(a.scores(kw, 15), b.scores(kw, 15))
+    assert a.params == b.params
+
+
+def test_bad_input_raises() -> None:
+    kw = hand()
+    with pytest.raises(ValueError, match=r"outside 0\.\.3"):
+        key_features(kw, 4)
+    with pytest.raises(ValueError, match="alpha"):
+        key_features(kw, 1, alphas=(0.0,))
+    with pytest.raises(ValueError, match="k >= 1"):
+        FeatureBoost(0)
+    with pytest.raises(ValueError, match="too few"):
+        FeatureBoost(2).fit(kw, 2)  # one window with a past: nothing to hold back
+    with pytest.raises(ValueError, match="until must be"):
+        FeatureBoost(2).fit(kw, 9)
+    with pytest.raises(RuntimeError, match="fit"):
+        FeatureBoost(2).scores(kw, 1)
+    never_back = KeyWindows.build(np.arange(0.0, 100.0), np.arange(100), 10.0)
+    with pytest.raises(ValueError, match="no key came back"):
+        FeatureBoost(2).fit(never_back, 9)
+
+
+def test_preheat_breaks_a_validation_tie_for_the_candidate_listed_first() -> None:
+    kw = _trace("every_other")
+    same = {"z_first": LastWindow, "a_second": LastWindow}
+    model = PreheatHotset(15, same, val_windows=3).fit(kw, until=12)
+    assert model.validation_recall["z_first"] == model.validation_recall["a_second"]
+    assert model.chosen == "z_first"
