@@ -6,7 +6,9 @@ held it; from the first miss on, every block is prefilled and written back. Rest
 `restart_every_s`) wipe the node's memory and SSD tiers. With warm-up on, after each restart the
 worker rehydrates the node from the heat manifest (the past of the trace only), and every
 `ahead_every_s` during normal running it warms blocks whose heat predicts demand but that the
-node no longer holds; its work takes modelled time, so items arrive progressively.
+node no longer holds; its work takes modelled time, so items arrive progressively. Plans are
+sized to what the worker delivers before the demand (`flows.replay.planning`), from a model of
+when blocks are asked for again learned on the stream (`flows.replay.demand`).
 
 The restore reference is the same replay where each restart instantly restores the pre-restart
 contents — which leaves the cache exactly as if the node had not restarted — so it is run as the
@@ -24,9 +26,11 @@ import numpy as np
 from cache_runtime.keys import PrefixKey
 from cache_runtime.policies import Hint
 from flows.bench.traces import AccessTrace
+from flows.replay.demand import DemandModel
 from flows.replay.latency import BLOCK_TOKENS, ReplayLatency
 from flows.replay.node import Node, TraceClock
-from flows.replay.warming import HeatManifest, WarmWorker, select_for_precision
+from flows.replay.planning import plan_ahead, plan_warmup
+from flows.replay.warming import HeatManifest, WarmWorker
 
 TIERS = ("memory", "ssd", "redis")
 
@@ -42,15 +46,22 @@ class ReplayConfig:
     window_s: float = 120.0
     warmup: bool = False
     half_life_s: float = 300.0  # the manifest's memory: minutes, the scale of a session
-    # Warm a block expected to be asked for at least half a time within the window (the
-    # starting point; `target_precision` moves it). Measured on Mooncake (memory 0.05, SSD 0.2,
-    # restarts every 300 s): 1.0 recovers 20% of the restore reference's gain at precision 0.51,
-    # 0.5 recovers 58% at 0.45, 0.25 62% at 0.26.
+    # Consider a block expected to be asked for at least half a time within the window; which
+    # of those are warmed is the plan's cut (`flows.replay.planning`).
     min_expected_uses: float = 0.5
-    # Expected warm-up precision each plan is cut to, from the learned `UseCalibration` of
-    # the manifest's expected uses (`min_expected_uses` still bounds what is considered); None
-    # warms everything above the threshold. 0.6 leaves a margin over the platform's 0.5.
+    # Expected warm-up precision each plan is cut to: the mean P(used) of its items, from the
+    # `DemandModel` learned on the stream and the worker's modelled delivery times; None warms
+    # every deliverable block with a chance of use. 0.6 leaves a margin over the platform's 0.5.
     target_precision: float | None = 0.6
+    # No block is warmed that is likelier wasted than used, whatever the plan's mean: the mean
+    # of a plan is only as good as its model, and the tail it lets in is where the model errs
+    # most (measured on Mooncake, restarts every 300 s, prefill 0.019 ms/token: the last plan's
+    # items forecast below 0.5 were 19% used, and without the floor precision fell to 0.49).
+    min_use_probability: float = 0.5
+    # How long a warmed block can wait for its request (counted used if asked for within it);
+    # None: the restart interval (the node's tiers are wiped then), or the window without
+    # restarts.
+    retention_s: float | None = None
     order_half_life_s: float = 30.0  # what is hot right now (live sessions) is warmed first
     memory_share: float = 0.0  # share of the memory tier rehydrated (the rest goes to the SSD)
     # Ahead-of-demand warming during normal running (None: off). Off by default: on Mooncake it
@@ -70,7 +81,16 @@ class ReplayConfig:
         if self.ahead_every_s is not None and self.ahead_every_s <= 0:
             raise ValueError("ahead_every_s must be positive seconds (or None: off)")
         if self.target_precision is not None and not 0 < self.target_precision < 1:
-            raise ValueError("--target-precision must be in (0, 1), or 0 for a fixed threshold")
+            raise ValueError("--target-precision must be in (0, 1), or 0 for no cut")
+        if not 0 <= self.min_use_probability < 1:
+            raise ValueError("min_use_probability must be in [0, 1)")
+        if self.retention_s is not None and self.retention_s <= 0:
+            raise ValueError("retention_s must be positive seconds (or None: the default)")
+
+    @property
+    def retention(self) -> float:
+        """Seconds a warmed block can wait for its request (see `retention_s`)."""
+        return self.retention_s or self.restart_every_s or self.window_s
 
 
 @dataclass
@@ -82,6 +102,7 @@ class PreparedTrace:
     keys: list[str]  # (U,) cache key of each unique block
     parents: np.ndarray  # (U,) index of the block before it in its chain, -1 at a root
     tokens: np.ndarray  # (U,) prompt tokens in the block
+    cohorts: np.ndarray  # (U,) the request that first asked for the block
 
     @classmethod
     def build(cls, trace: AccessTrace, model_id: str = "replay") -> PreparedTrace:
@@ -97,14 +118,16 @@ class PreparedTrace:
             tokens[blocks] = trace.tokens
         root_access = np.maximum.accumulate(np.where(starts, np.arange(n), 0))  # (N,)
         depth = np.arange(n) - root_access  # (N,) position of each access in its request
+        first_sight = np.unique(blocks, return_index=True)[1]  # (U,) first access of each
+        cohorts = (np.cumsum(starts) - 1)[first_sight]
         keys = [""] * len(unique)
-        for access in np.unique(blocks, return_index=True)[1].tolist():  # first sight of each
+        for access in first_sight.tolist():
             block = int(unique[blocks[access]])
             root = block if depth[access] == 0 else int(trace.accesses[root_access[access]])
             keys[blocks[access]] = PrefixKey(
                 "trace", model_id, int(depth[access]), block, root
             ).to_string()
-        return cls(trace, blocks, keys, parents, tokens)
+        return cls(trace, blocks, keys, parents, tokens, cohorts)
 
 
 @dataclass
@@ -143,6 +166,9 @@ def replay_arm(
     manifest = HeatManifest(len(prepared.keys), config.half_life_s)
     recent = HeatManifest(len(prepared.keys), config.order_half_life_s)
     worker = WarmWorker(prepared.keys, prepared.parents, prepared.tokens, latency, value)
+    demand = DemandModel(
+        config.window_s, config.retention, config.min_expected_uses, groups=prepared.cohorts
+    )
     bounds = np.append(trace.request_starts, len(trace.accesses))
     times = trace.times if trace.times is not None else np.arange(len(trace.accesses), dtype=float)
     start_time = float(times[0])
@@ -161,19 +187,21 @@ def replay_arm(
                 worker.forget_local()
                 restarts.append(next_restart)
                 if config.warmup:
-                    _plan_warmup(
-                        worker, node, (manifest, recent), next_restart, config,
+                    plan_warmup(
+                        worker, node, demand, (manifest, recent), next_restart, config,
                         memory_blocks, ssd_blocks,
                     )  # fmt: skip
                 next_restart += config.restart_every_s or np.inf
             if config.warmup:
                 if now >= next_ahead:
-                    _plan_ahead(worker, node, (manifest, recent), now, config)
+                    plan_ahead(worker, node, demand, (manifest, recent), now, config, ssd_blocks)
                     next_ahead = now + (config.ahead_every_s or np.inf)
                 worker.advance(node, now)
             request = prepared.blocks[first:end]
             ttft[r], hit_blocks[r] = _serve(node, prepared, request, latency, served, worker, value)
             seen = np.unique(request)
+            if config.warmup:  # before the bump: probes see what the manifest knew
+                demand.observe(now, seen, (manifest, recent))
             manifest.bump(seen, now)
             recent.bump(seen, now)
     finally:
@@ -181,10 +209,7 @@ def replay_arm(
     warm = {
         "items": worker.items, "used": worker.used, "cost_s": round(worker.cost_s, 3),
         "tier_errors": sum(node.errors.values()),
-        "calibration": {
-            "resolved": int(worker.calibration.total.sum()),
-            "used": int(worker.calibration.used.sum()),
-        },
+        "expected_used": round(worker.expected_used, 1),
     }  # fmt: skip
     return ArmResult(ttft, served, len(trace.accesses), restarts, hit_blocks, np.diff(bounds), warm)
 
@@ -220,60 +245,6 @@ def _serve(
         parent = keys[request[position - 1]] if position else None
         cache.put(key, value, parent=parent, hint=Hint.TAIL if position == last else None)
     return ttft, usable
-
-
-def _ranked(
-    manifests: tuple[HeatManifest, HeatManifest], now: float, horizon_s: float,
-    config: ReplayConfig, worker: WarmWorker,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """(blocks worth warming, the long manifest's λ for every block).
-
-    Worth warming: expected to be used at least `min_expected_uses` times in `horizon_s`, and,
-    with a `target_precision`, in the largest set whose calibrated mean use probability meets
-    it. Ordered by the short manifest (hottest right now first: a live session's blocks are
-    asked for within seconds, a block of a steady key can wait).
-    """
-    long, short = manifests
-    expected = long.expected_uses(now, horizon_s)  # (n_blocks,)
-    worth = np.flatnonzero(expected >= config.min_expected_uses)
-    if config.target_precision is not None and worth.size:
-        chance = worker.calibration.probability(expected[worth])
-        worth = np.sort(worth[select_for_precision(chance, config.target_precision)])
-    urgency = short.expected_uses(now, horizon_s)[worth]
-    return worth[np.argsort(-urgency, kind="stable")], expected
-
-
-def _plan_warmup(
-    worker: WarmWorker, node: Node, manifests: tuple[HeatManifest, HeatManifest], now: float,
-    config: ReplayConfig, memory_blocks: int, ssd_blocks: int,
-) -> None:  # fmt: skip
-    """After a restart: rehydrate the blocks the manifest expects to be asked for soon.
-
-    Most go to the SSD: the memory tier turns over in seconds under new prompts, so a block
-    warmed there is often evicted before its request comes; the SSD keeps it for minutes and
-    its load still costs a fraction of a prefill.
-    """
-    ranked, expected = _ranked(manifests, now, config.window_s, config, worker)
-    in_memory = round(config.memory_share * memory_blocks)
-    worker.plan(
-        node, now, ranked[: in_memory + ssd_blocks], in_memory, manifests[0].heat_at(now),
-        expected, config.window_s,
-    )  # fmt: skip
-
-
-def _plan_ahead(
-    worker: WarmWorker, node: Node, manifests: tuple[HeatManifest, HeatManifest], now: float,
-    config: ReplayConfig,
-) -> None:  # fmt: skip
-    """During normal running: warm predicted-hot blocks the node lost (into the SSD, so the hot
-    set in memory is not displaced by a forecast); skipped while a rehydration is still queued."""
-    if worker.queue:
-        return
-    ranked, expected = _ranked(manifests, now, config.ahead_every_s or 0.0, config, worker)
-    missing = [b for b in ranked.tolist() if not node.holds_locally(worker.keys[b])]
-    heat = manifests[0].heat_at(now)
-    horizon = config.ahead_every_s or 0.0
-    worker.plan(node, now, np.array(missing, dtype=np.int64), 0, heat, expected, horizon)
 
 
 def _window_stats(result: ArmResult, mask: np.ndarray) -> dict[str, Any]:
@@ -328,8 +299,10 @@ def summarize(
             "precision": round(result.warm.get("used", 0) / items, 4) if items else 0.0,
             "cost_s": result.warm.get("cost_s", 0.0),
             "target_precision": config.target_precision,
-            # warmed items resolved (used, or lost) that the use calibration learned from
-            "calibration": result.warm.get("calibration", {}),
+            # the plans' own forecast of the precision: their items' mean P(used) when planned
+            "expected_precision": (
+                round(result.warm.get("expected_used", 0.0) / items, 4) if items else 0.0
+            ),
         },
         "restore_reference": {"after_restart": _window_stats(reference, after)},
         "restarts": len(result.restarts),

@@ -5,8 +5,9 @@ decayed request count of every block seen so far — the same heat the cache run
 (`cache_runtime.heat`), here over arrays so a manifest of the whole trace costs microseconds per
 request. It only ever sees requests already replayed, so it forecasts from the past.
 
-A block is worth warming when its heat predicts at least `min_expected_uses` requests within the
-horizon: for a key requested at rate r, the decayed count approaches r x half-life / ln 2, so
+A block is a candidate for warming when its heat predicts at least `min_expected_uses` requests
+within the window (which candidates are warmed, and in what order, is `planning`'s call): for a
+key requested at rate r, the decayed count approaches r x half-life / ln 2, so
 r ~= heat x ln 2 / half-life. Rejected: warming the top N blocks by heat whatever their heat,
 which fills the tiers with blocks seen once long ago (low precision, and it evicts nothing
 useful only because the node is empty — the ahead-of-demand warm-ups during normal running
@@ -54,42 +55,6 @@ class HeatManifest:
         return self.heat_at(now) * self.rate * horizon_s
 
 
-class UseCalibration:
-    """P(a warmed block is used within the horizon | its expected uses λ in that horizon).
-
-    The manifest's λ is a rate estimate from the past; how often a block warmed at λ is really
-    used depends on the traffic (how bursty, how long sessions last), so the mapping is learned
-    online from the replay's own warmed items. Every item resolves at a fixed deadline — used
-    within the horizon λ was computed for, or not — so successes and failures are counted
-    alike (resolving only on a hit or a recompute would count most hits and miss most unused
-    items, which just sit in the SSD: measured, 96% "used"). Each bin of λ starts from the
-    Poisson prior 1 - exp(-λ) worth `prior_weight` items, so early plans are sane and the
-    evidence takes over as it comes.
-    """
-
-    EDGES = np.array([0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0])
-
-    def __init__(self, prior_weight: float = 5.0) -> None:
-        self.prior_weight = prior_weight
-        self.used = np.zeros(len(self.EDGES) + 1)  # (bins,)
-        self.total = np.zeros(len(self.EDGES) + 1)  # (bins,)
-
-    def record(self, expected: np.ndarray, used: bool) -> None:
-        """Warmed blocks with these λ (at warm time) resolved as used or lost."""
-        bins = np.searchsorted(self.EDGES, np.asarray(expected, dtype=float), side="right")
-        np.add.at(self.total, bins, 1)
-        if used:
-            np.add.at(self.used, bins, 1)
-
-    def probability(self, expected: np.ndarray) -> np.ndarray:
-        """(n,) calibrated use probability for each λ in `expected` (n,)."""
-        lam = np.asarray(expected, dtype=float)
-        bins = np.searchsorted(self.EDGES, lam, side="right")
-        prior = 1.0 - np.exp(-lam)
-        k = self.prior_weight
-        return (self.used[bins] + k * prior) / (self.total[bins] + k)
-
-
 def select_for_precision(probability: np.ndarray, target: float) -> np.ndarray:
     """Indices of the largest set, most probable first, whose mean use probability (the
     expected warm-up precision) is at least `target`; empty when even the best falls short."""
@@ -104,10 +69,12 @@ class WarmItem:
     block: int  # index of the block
     tier: str  # where it goes: "memory" or "ssd"
     heat: float  # the manifest's decayed request count, handed to the SSD's admission
+    p_used: float = 0.0  # the plan's predicted chance that it is used
 
 
 class WarmWorker:
-    """Sequential warm-up at modelled cost; counts items, their cost and how many were used."""
+    """Sequential warm-up at modelled cost; counts items, their cost and how many were used, and
+    how many the plans expected to be used (their summed P(used)): the model's own check."""
 
     def __init__(
         self,
@@ -124,35 +91,29 @@ class WarmWorker:
         self.items = 0
         self.cost_s = 0.0
         self.used = 0
+        self.expected_used = 0.0  # sum of the delivered items' P(used) when planned
         self.warmed = np.zeros(len(keys), dtype=bool)  # warmed and not yet used or recomputed
-        self.expected = np.zeros(len(keys))  # (n_blocks,) each queued block's λ when planned
-        self.horizon_s = 0.0  # the horizon the current plan's λ are for
-        self.calibration = UseCalibration()
-        self.pending = np.zeros(len(keys), dtype=bool)  # warmed, use within horizon not yet known
-        self.deadlines: deque[tuple[float, int]] = deque()  # (resolve by, block), in warm order
 
     def plan(
         self, node: Node, now: float, ranked: np.ndarray, memory_slots: int, heat: np.ndarray,
-        expected: np.ndarray | None = None, horizon_s: float = 0.0,
+        p_used: np.ndarray | None = None,
     ) -> None:  # fmt: skip
         """Queue `ranked` blocks (best first); the first `memory_slots` go to memory, the rest to
-        the SSD. Replaces any plan still queued: a newer manifest knows better. `expected`
-        (n_blocks,) is the manifest's λ for `horizon_s`, remembered to calibrate on the outcome
-        (without it, the items are not calibrated on)."""
+        the SSD. Replaces any plan still queued: a newer manifest knows better. `p_used` (R,):
+        each one's predicted chance of use, summed over the delivered ones."""
         self.queue.clear()
-        self.horizon_s = horizon_s if expected is not None else 0.0
-        if expected is not None:
-            self.expected[ranked] = expected[ranked]
         self.busy_until = max(self.busy_until, now)
         names = node.tier_names
-        for position, block in enumerate(ranked.tolist()):
+        chances = np.zeros(len(ranked)) if p_used is None else p_used
+        pairs = zip(ranked.tolist(), chances.tolist(), strict=True)
+        for position, (block, chance) in enumerate(pairs):
             tier = "memory" if position < memory_slots and "memory" in names else "ssd"
             if tier not in names:
                 continue
-            self.queue.append(WarmItem(block, tier, float(heat[block])))
+            self.queue.append(WarmItem(block, tier, float(heat[block]), chance))
 
     def advance(self, node: Node, now: float) -> None:
-        """Do every queued item that finishes by `now`, in order; resolve expired items."""
+        """Do every queued item that finishes by `now`, in order."""
         while self.queue:
             item = self.queue[0]
             key = self.keys[item.block]
@@ -167,19 +128,17 @@ class WarmWorker:
             self.cost_s += cost_ms / 1000
             if self._store(node, item, key):
                 self.items += 1
+                self.expected_used += item.p_used
                 self.warmed[item.block] = True
-                if self.horizon_s > 0:
-                    self.pending[item.block] = True
-                    self.deadlines.append((self.busy_until + self.horizon_s, item.block))
-        self._resolve_expired(now)
 
-    def _resolve_expired(self, now: float) -> None:
-        """Items whose horizon has passed unused resolve as not used (for the calibration)."""
-        while self.deadlines and self.deadlines[0][0] <= now:
-            _, block = self.deadlines.popleft()
-            if self.pending[block]:
-                self.pending[block] = False
-                self.calibration.record(self.expected[block : block + 1], used=False)
+    def costs_ms(self, node: Node, blocks: np.ndarray) -> np.ndarray:
+        """(n,) modelled worker time of each of `blocks` (n,): a load from the shared tier where
+        it holds the block, else a recompute of its prefill."""
+        prefill = self.latency.prefill_ms_per_token * self.tokens[blocks].astype(float)
+        if "redis" not in node.tier_names:
+            return prefill
+        held = node.shared_holds([self.keys[b] for b in blocks.tolist()])
+        return np.where(held, self.latency.load_ms_per_block.get("redis", 0.0), prefill)
 
     def _cost_ms(self, node: Node, key: str, block: int) -> float:
         if "redis" in node.tier_names and node.tier("redis").contains(key):
@@ -201,21 +160,12 @@ class WarmWorker:
         if self.warmed[block]:
             self.used += 1
             self.warmed[block] = False
-        if self.pending[block]:  # used within the horizon its λ was for
-            self.pending[block] = False
-            self.calibration.record(self.expected[block : block + 1], used=True)
 
     def note_recomputed(self, block: int) -> None:
         """A request had to compute `block`: a warmed copy, if any, was evicted unused."""
-        if self.pending[block]:
-            self.pending[block] = False
-            self.calibration.record(self.expected[block : block + 1], used=False)
         self.warmed[block] = False
 
     def forget_local(self) -> None:
         """A restart: warmed blocks still unused are lost with the node's tiers."""
-        self.calibration.record(self.expected[self.pending], used=False)
-        self.pending[:] = False
-        self.deadlines.clear()
         self.warmed[:] = False
         self.queue.clear()
