@@ -14,6 +14,12 @@ GRANULARITIES: dict[str, int] = {"5s": 5, "3min": 180, "10min": 600, "1h": 3600}
 TOTAL_KEY = "__total__"  # the key of all of a tenant's traffic
 
 
+def check_granularity(granularity: str) -> None:
+    """`ValueError` naming the choices when `granularity` is not one the lake builds."""
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity {granularity!r}: choose one of {', '.join(GRANULARITIES)}")
+
+
 class DemandSeries(pa.DataFrameModel):
     """Sparse demand: a bucket that is absent had zero requests for that key.
 

@@ -14,7 +14,7 @@ from typing import Any
 from prefect import flow, task
 
 from cache_runtime.settings import Settings
-from data_contracts import GRANULARITIES
+from data_contracts.demand import check_granularity
 from data_contracts.derived import require_demand
 from models.forecast.attention import AttentionConfig
 
@@ -32,10 +32,7 @@ class TrainForecasterParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.granularity not in GRANULARITIES:
-            raise ValueError(
-                f"granularity {self.granularity!r}: choose one of {', '.join(GRANULARITIES)}"
-            )
+        check_granularity(self.granularity)
 
 
 @task(name="train-and-register")
