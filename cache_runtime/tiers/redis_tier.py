@@ -209,6 +209,21 @@ class RedisTier:
             self._stats.errors += 1
             return False
 
+    def contains_many(self, keys: list[str]) -> list[bool]:
+        """Whether each of `keys` is held: pipelined EXISTS, `bulk_batch` keys per round trip
+        (a warm-up planner asks about thousands at once). All False on an error, counted."""
+        held: list[bool] = []
+        try:
+            for start in range(0, len(keys), self._bulk_batch):
+                pipe = self._client.pipeline(transaction=False)
+                for key in keys[start : start + self._bulk_batch]:
+                    pipe.exists(self.redis_key(key))
+                held.extend(bool(n) for n in pipe.execute())
+        except _ERRORS:
+            self._stats.errors += 1
+            return [False] * len(keys)
+        return held
+
     def stats(self) -> TierStats:
         """Counters of this instance; items and bytes come from a SCAN of the namespace."""
         items = used = 0

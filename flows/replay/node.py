@@ -14,8 +14,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from cache_runtime.hybrid import HybridCache
 from cache_runtime.tiers.memory import MemoryTier
 from cache_runtime.tiers.ssd import SSDTier
@@ -50,7 +48,6 @@ class Node:
             Path(tempfile.mkdtemp(prefix="preheat-replay-")) if workdir is None else workdir
         )
         self.incarnation = 0
-        self._redis: Any = None  # the shared tier's client, for bulk membership checks
         self.errors: dict[str, int] = {}  # tier errors over all incarnations: a degraded replay
         self.cache = self._build()
 
@@ -60,25 +57,6 @@ class Node:
 
     def tier(self, name: str) -> Any:
         return next(t for t in self.cache.tiers if t.name == name)
-
-    def shared_holds(self, keys: list[str]) -> np.ndarray:
-        """(len(keys),) whether the shared Redis tier holds each key (one pipelined round trip
-        per batch; all False without Redis or on an error, which is then counted)."""
-        held = np.zeros(len(keys), dtype=bool)
-        if self._redis is None or not keys:
-            return held
-        import redis
-
-        tier = self.tier("redis")
-        try:
-            for start in range(0, len(keys), 5000):
-                pipe = self._redis.pipeline(transaction=False)
-                for key in keys[start : start + 5000]:
-                    pipe.exists(tier.redis_key(key))
-                held[start : start + 5000] = [bool(n) for n in pipe.execute()]
-        except (redis.RedisError, OSError):
-            self.errors["redis"] = self.errors.get("redis", 0) + 1
-        return held
 
     def holds_locally(self, key: str) -> bool:
         """In the memory or SSD tier (what a restart loses)."""
@@ -96,7 +74,7 @@ class Node:
 
             from cache_runtime.tiers.redis_tier import RedisTier
 
-            client = self._redis = redis.Redis.from_url(self.redis_url)
+            client = redis.Redis.from_url(self.redis_url)
             tiers.append(RedisTier(client, namespace="replay", bulk_connections=1))
         if not tiers:
             raise ValueError("the node needs at least one tier: give --memory, --ssd or --redis")

@@ -115,7 +115,11 @@ def ranked(
     worth = np.flatnonzero(expected >= config.min_expected_uses)
     if candidates is not None:
         worth = np.intersect1d(worth, candidates)
-    worth = worth[_links(worth, worker.parents, node, worker.keys)[1]]
+    up, whole = _links(worth, worker.parents, node, worker.keys)  # (C,), (C,)
+    # keep the candidates with no gap above them; a kept one's parent is kept or held, so its
+    # link maps onto the kept positions
+    position = np.cumsum(whole) - 1  # (C,) old position -> position among the kept
+    worth, up = worth[whole], position[up[whole]]
     if not worth.size:
         return worth, np.zeros(0)
     urgency = short.expected_uses(now, demand.window_s)[worth]  # (C,)
@@ -129,7 +133,6 @@ def ranked(
     )
     priority = requested * urgency * saved_ms / np.maximum(cost_ms, 1e-9)  # (C,)
     # parents first: a child never outranks its parent, and ties go to the shallower block
-    up, _ = _links(worth, worker.parents, node, worker.keys)  # (C,)
     priority = chain_min(priority, up)
     order = np.lexsort((_depths(up), -priority))  # (C,) queue position -> candidate
     rank = np.empty(len(order), dtype=np.int64)

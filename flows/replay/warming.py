@@ -137,7 +137,7 @@ class WarmWorker:
         prefill = self.latency.prefill_ms_per_token * self.tokens[blocks].astype(float)
         if "redis" not in node.tier_names:
             return prefill
-        held = node.shared_holds([self.keys[b] for b in blocks.tolist()])
+        held = node.tier("redis").contains_many([self.keys[b] for b in blocks.tolist()])
         return np.where(held, self.latency.load_ms_per_block.get("redis", 0.0), prefill)
 
     def _cost_ms(self, node: Node, key: str, block: int) -> float:

@@ -178,6 +178,23 @@ def test_redis_bulk_writes_in_concurrent_batches(redis_url: str) -> None:
     tier.close()
 
 
+def test_redis_contains_many_answers_in_batches_and_degrades(redis_url: str) -> None:
+    from cache_runtime.services import RedisServer
+
+    tier = RedisTier(redis_client(redis_url), namespace="many", bulk_batch=3)
+    tier.put(key("a"), b"1")
+    tier.put(key("c"), b"3")
+    asked = [key("a"), key("b"), key("c"), key("d"), key("a")]
+    assert tier.contains_many(asked) == [True, False, True, False, True]
+    assert tier.contains_many([]) == []
+    tier.close()
+    server = RedisServer().start()
+    gone = RedisTier(redis_client(server.url, socket_timeout_s=0.2), bulk_batch=3)
+    server.stop()
+    assert gone.contains_many(asked) == [False] * 5  # a miss for each, not an exception
+    assert gone.stats().errors >= 1
+
+
 def test_redis_acl_user_is_confined_to_its_tenant_namespace(redis_url: str) -> None:
     admin = redis.Redis.from_url(redis_url)
     admin.execute_command(
