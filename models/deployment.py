@@ -134,7 +134,8 @@ def resolve_versions(tracking_uri: str, names: Sequence[str], alias: str) -> dic
         LookupError: a model or alias that does not exist (one line: model, alias, store).
     """
     import mlflow
-    from mlflow.exceptions import MlflowException
+
+    from models.tracking import alias_version
 
     sqlite_file = tracking_uri.removeprefix("sqlite:///")
     if tracking_uri.startswith("sqlite:///") and not Path(sqlite_file).is_file():
@@ -143,12 +144,10 @@ def resolve_versions(tracking_uri: str, names: Sequence[str], alias: str) -> dic
     client = mlflow.MlflowClient(tracking_uri)
     versions = {}
     for name in names:
-        try:
-            versions[name] = str(client.get_model_version_by_alias(name, alias).version)
-        except MlflowException as error:  # no such model / alias (sqlalchemy store codes)
-            if error.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                raise
-            raise LookupError(f"no {name}@{alias} registered in {tracking_uri}") from None
+        found = alias_version(client, name, alias)
+        if found is None:
+            raise LookupError(f"no {name}@{alias} registered in {tracking_uri}")
+        versions[name] = str(found.version)
     return versions
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 def experiment_id(name: str, tracking_uri: str, artifacts_dir: Path) -> str:
@@ -17,3 +18,16 @@ def experiment_id(name: str, tracking_uri: str, artifacts_dir: Path) -> str:
         return str(experiment.experiment_id)
     artifacts_dir.mkdir(parents=True, exist_ok=True)
     return str(mlflow.create_experiment(name, artifact_location=artifacts_dir.resolve().as_uri()))
+
+
+def alias_version(client: Any, name: str, alias: str) -> Any | None:
+    """The `ModelVersion` that `name@alias` points at, or None when the model or the alias does
+    not exist (the sqlalchemy store's codes for either); any other registry error raises."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException as error:
+        if error.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise
+        return None

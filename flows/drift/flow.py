@@ -53,14 +53,12 @@ def champion_training_window(tracking_uri: str) -> tuple[TrainingWindow | None, 
     """The training window the champion forecaster's run recorded (`train_start`, `train_end`
     params), or (None, why not): no champion, or one trained before those params existed."""
     from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
+
+    from models.tracking import alias_version
 
     client = MlflowClient(tracking_uri)
-    try:
-        version = client.get_model_version_by_alias(FORECASTER_MODEL, CHAMPION_ALIAS)
-    except MlflowException as error:  # no such model / no such alias (as in load_champion)
-        if error.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            raise
+    version = alias_version(client, FORECASTER_MODEL, CHAMPION_ALIAS)
+    if version is None:
         return None, f"no {FORECASTER_MODEL}@{CHAMPION_ALIAS} registered"
     label = f"{FORECASTER_MODEL} v{version.version} (run {version.run_id})"
     params = client.get_run(version.run_id).data.params

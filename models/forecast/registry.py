@@ -41,6 +41,7 @@ from models.forecast.gating import (
     window_mae,
 )
 from models.forecast.panel import OTHER_KEY, PANEL_BASELINES, KeyPanel, PanelForecaster
+from models.tracking import alias_version
 
 MODEL_NAME = "preheat-forecaster"
 EXPERIMENT = "preheat-forecaster"
@@ -168,15 +169,10 @@ def load_champion(tracking_uri: str, name: str = MODEL_NAME, alias: str = CHAMPI
 
     Sets the process-wide tracking URI: MLflow resolves `models:/` URIs through it.
     """
-    from mlflow.exceptions import MlflowException
-
     mlflow.set_tracking_uri(tracking_uri)
-    try:
-        version = mlflow.MlflowClient(tracking_uri).get_model_version_by_alias(name, alias)
-    except MlflowException as error:  # no such model / no such alias (sqlalchemy store codes)
-        if error.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            raise
-        raise LookupError(f"no {name}@{alias} registered in {tracking_uri}") from None
+    version = alias_version(mlflow.MlflowClient(tracking_uri), name, alias)
+    if version is None:
+        raise LookupError(f"no {name}@{alias} registered in {tracking_uri}")
     model = mlflow.pyfunc.load_model(f"models:/{name}@{alias}")
     meta = model.unwrap_python_model().meta
     return Champion(name, str(version.version), str(version.run_id), meta, model)

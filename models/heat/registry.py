@@ -25,7 +25,7 @@ from models.forecast.registry import git_commit, pip_requirements
 from models.heat.gan import GanConfig, HeatGan, load_gan, save_gan, train_gan
 from models.heat.realism import NaiveGenerator, compare
 from models.heat.series import HeatSplit, decayed_heat
-from models.tracking import experiment_id
+from models.tracking import alias_version, experiment_id
 
 MODEL_NAME = "preheat-heat-gan"
 EXPERIMENT = "preheat-heat-gan"
@@ -182,17 +182,12 @@ def load_champion_gan(
     tracking_uri: str, alias: str = CHAMPION
 ) -> tuple[HeatGan, dict[str, Any], str]:
     """(module, metadata, version) of `preheat-heat-gan@alias`; `LookupError` when missing."""
-    from mlflow.exceptions import MlflowException
-
     mlflow.set_tracking_uri(tracking_uri)
-    try:
-        version = mlflow.MlflowClient(tracking_uri).get_model_version_by_alias(MODEL_NAME, alias)
-    except MlflowException as error:
-        if error.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            raise
+    version = alias_version(mlflow.MlflowClient(tracking_uri), MODEL_NAME, alias)
+    if version is None:
         raise LookupError(
             f"no {MODEL_NAME}@{alias} registered in {tracking_uri}: run `preheat train heat-gan`"
-        ) from None
+        )
     model = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@{alias}")
     wrapper = model.unwrap_python_model()
     return wrapper.module, dict(wrapper.meta), str(version.version)

@@ -25,6 +25,7 @@ import pandas as pd
 from cache_runtime.keys import KEY_FORMAT_VERSION
 from cache_runtime.kv_pages import PAGE_TOKENS
 from models.llm.backends import DEFAULT_RESPONSE_TOKENS, HFBackend, model_fingerprint
+from models.tracking import alias_version
 
 MODEL_NAME = "preheat-llm"
 EXPERIMENT = "preheat-llm"
@@ -140,20 +141,9 @@ def register_llm(
             registered_model_name=name,
         )
     version = str(info.registered_model_version)
-    if _alias_version(client, name, CHAMPION) is None:
+    if alias_version(client, name, CHAMPION) is None:
         client.set_registered_model_alias(name, CHAMPION, version)
     return version
-
-
-def _alias_version(client: Any, name: str, alias: str) -> str | None:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return str(client.get_model_version_by_alias(name, alias).version)
-    except MlflowException as error:  # no such model / alias (sqlalchemy store codes)
-        if error.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            raise
-        return None
 
 
 def fetch_llm(
@@ -171,9 +161,10 @@ def fetch_llm(
     from mlflow.models import Model
 
     client = mlflow.MlflowClient(tracking_uri)
-    version = _alias_version(client, name, alias)
-    if version is None:
+    found = alias_version(client, name, alias)
+    if found is None:
         raise LookupError(f"no {name}@{alias} registered in {tracking_uri}")
+    version = str(found.version)
     # By version, not alias: the alias could move between the lookup and the download.
     local = download_artifacts(
         f"models:/{name}/{version}", dst_path=str(destination), tracking_uri=tracking_uri
