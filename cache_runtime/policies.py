@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 
 
 class EvictionPolicy:
@@ -27,6 +27,18 @@ class EvictionPolicy:
 
     def on_access(self, key: str, now: float) -> None:
         raise NotImplementedError
+
+    def on_access_many(self, keys: Sequence[str]) -> None:
+        """Hits in access order, repeats included: what the memory tier's read buffer holds
+        when it catches the policy up. A key that a concurrent delete removed after it was read
+        may be among them and is skipped. Must leave the policy exactly as `on_access(key, 0.0)`
+        per key would (the tests compare the two); policies override it with bulk C-level
+        operations, which is what makes a buffered hit cheap."""
+        for key in keys:
+            try:
+                self.on_access(key, 0.0)
+            except KeyError:  # removed since it was read
+                continue
 
     def on_remove(self, key: str) -> None:
         raise NotImplementedError
@@ -55,6 +67,12 @@ class LRUPolicy(EvictionPolicy):
 
     def on_access(self, key: str, now: float) -> None:
         self._order.move_to_end(key)
+
+    def on_access_many(self, keys: Sequence[str]) -> None:
+        try:  # a C loop: no Python frame per hit
+            deque(map(self._order.move_to_end, keys), maxlen=0)
+        except KeyError:  # a key removed after it was read: the cached ones, again, in order
+            deque(map(self._order.move_to_end, filter(self._order.__contains__, keys)), 0)
 
     def on_remove(self, key: str) -> None:
         self._order.pop(key, None)

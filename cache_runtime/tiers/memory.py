@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from cache_runtime.policies import DEFAULT_POLICY, EvictionPolicy, make_policy
 from cache_runtime.tiers.base import EvictionCallback, TierStats
 
-_READ_BUFFER = 64  # buffered hits before a reader tries to drain them into the policy
+_READ_BUFFER = 65536  # buffered hits before a reader drains them into the policy (see `get`)
 
 
 @dataclass(slots=True)
@@ -57,17 +57,20 @@ class MemoryTier:
         self.on_evict: EvictionCallback | None = None
         self._evicted: list[tuple[str, bytes, float | None, int | None]] = []
         self._reads: list[str] = []  # hits not yet shown to the policy (see `get`)
+        self._buffered_writes = 0  # overwrites among them (`_overwrite`)
 
     # -- protocol ----------------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
         """Lock-free on the hit path: the hit is recorded in a read buffer that the policy
         catches up with before its next decision (as Caffeine does), so readers never wait for
-        each other or for the policy. Every put drains the buffer before it evicts, so eviction
-        sees exactly the accesses it would have seen with eager updates.
+        each other or for the policy. Every put drains the buffer before it evicts, and the
+        policy applies a drained batch exactly as it would have applied each hit
+        (`EvictionPolicy.on_access_many`), so eviction decisions are the same as with eager
+        updates — only cheaper: a batch is deduplicated and applied with C-level operations.
         """
         entry = self._entries.get(key)  # one dict read: atomic under the GIL
-        if entry is None or self._timed or entry.expires_at is not None:
+        if entry is None or entry.expires_at is not None or self._timed:
             return self._get_locked(key)
         reads = self._reads
         reads.append(key)  # list.append is atomic: no lost reads between threads
@@ -102,9 +105,26 @@ class MemoryTier:
     ) -> bool:
         """As the protocol; `hint` is passed to the policy (`policies.Hint`)."""
         with self._lock:
+            entry = self._entries.get(key)
+            if (  # the common rewrite of a cached value: inline, no policy work (`_overwrite`)
+                entry is not None
+                and ttl_s is None
+                and parent is None
+                and not self._timed
+                and self._bytes + len(value) - len(entry.value) <= self.capacity_bytes
+            ):
+                self._stats.puts += 1
+                self._bytes += len(value) - len(entry.value)
+                entry.value, entry.expires_at, entry.pinned = value, None, pinned
+                entry.written_ns = time.monotonic_ns()
+                self._buffer_overwrite(key)
+                return True
             stored = self._put_locked(key, value, ttl_s, pinned, parent, hint)
-            evicted, self._evicted = self._evicted, []
-        self._demote(evicted)  # outside the lock: the next tier may be slow
+            evicted = self._evicted
+            if evicted:
+                self._evicted = []
+        if evicted:
+            self._demote(evicted)  # outside the lock: the next tier may be slow
         return stored
 
     def cool(self, keys: list[str]) -> int:
@@ -188,47 +208,74 @@ class MemoryTier:
         parent: str | None,
         hint: str | None,
     ) -> bool:
-        self._drain()
         self._stats.puts += 1
         if parent is not None and self._live(parent) is None:
             self._stats.rejected += 1  # a page whose prefix is not cached is unusable
             return False
+        # the clock is read only when something uses it (a TTL or a time-aware policy)
+        now = self._clock() if ttl_s is not None or self._timed else 0.0
+        expires = None if ttl_s is None else now + ttl_s
         previous = self._entries.get(key)
-        freed = len(previous.value) if previous else 0
-        if not self._make_room(len(value) - freed, protect=(key, parent)):
+        if previous is not None:
+            return self._overwrite(key, previous, value, expires, pinned, parent, now)
+        if self._reads:
+            self._drain()  # the insert must come after the hits before it
+        if self._bytes + len(value) > self.capacity_bytes and not self._make_room(
+            len(value), protect=(key, parent)
+        ):
             self._stats.rejected += 1
             return False
-        now = self._clock()
-        expires = None if ttl_s is None else now + ttl_s
-        written = time.monotonic_ns()
-        if previous is not None:
-            self._bytes -= freed
-            previous.value, previous.expires_at, previous.pinned = value, expires, pinned
-            previous.written_ns = written
-            self.policy.on_access(key, now)
-        else:
-            self._entries[key] = _Entry(value, expires, pinned, parent, written)
-            if parent is not None:
-                self._entries[parent].children.add(key)
-            self.policy.on_insert(key, now, hint)
+        self._entries[key] = _Entry(value, expires, pinned, parent, time.monotonic_ns())
+        if parent is not None:
+            self._entries[parent].children.add(key)
+        self.policy.on_insert(key, now, hint)
         self._bytes += len(value)
         return True
 
+    def _overwrite(
+        self,
+        key: str,
+        entry: _Entry,
+        value: bytes,
+        expires: float | None,
+        pinned: bool,
+        parent: str | None,
+        now: float,
+    ) -> bool:
+        """A new value for a cached key: to the policy it is an access, so unless room must be
+        made it joins the read buffer like a hit (no policy work now, same order as eagerly)."""
+        needed = len(value) - len(entry.value)
+        if self._bytes + needed > self.capacity_bytes:
+            self._drain()
+            if not self._make_room(needed, protect=(key, parent)):
+                self._stats.rejected += 1
+                return False
+        entry.value, entry.expires_at, entry.pinned = value, expires, pinned
+        entry.written_ns = time.monotonic_ns()
+        self._bytes += needed
+        if self._timed:
+            self.policy.on_access(key, now)
+        else:
+            self._buffer_overwrite(key)
+        return True
+
+    def _buffer_overwrite(self, key: str) -> None:
+        self._reads.append(key)
+        self._buffered_writes += 1  # not a hit: `_drain` counts these out of the hits
+        if len(self._reads) >= _READ_BUFFER:
+            self._drain()
+
     def _drain(self) -> None:
-        """Show the policy the buffered hits, oldest first (lock held)."""
-        count = len(self._reads)
+        """Show the policy the buffered hits, in order (lock held)."""
+        reads = self._reads
+        count = len(reads)
         if not count:
             return
-        batch = self._reads[:count]
-        del self._reads[:count]  # appends made meanwhile stay for the next drain
-        self._stats.hits += count
-        entries, on_access = self._entries, self._on_access
-        # One access per key, in order of each key's last access: what recency and "was it
-        # reused" policies act on; repeats within a batch (hot keys) would only redo the same
-        # move. A pure frequency counter would lose counts here, and none is used.
-        for key in reversed(dict.fromkeys(reversed(batch))):
-            if key in entries:  # it may have been evicted or deleted since
-                on_access(key, 0.0)
+        batch = reads[:count]
+        del reads[:count]  # appends made meanwhile stay for the next drain
+        self._stats.hits += count - self._buffered_writes
+        self._buffered_writes = 0
+        self.policy.on_access_many(batch)  # skips keys another thread removed after reading
 
     def _demote(self, evicted: list[tuple[str, bytes, float | None, int | None]]) -> None:
         if self.on_evict is None:

@@ -196,3 +196,79 @@ def test_ttl_left_reports_remaining_seconds() -> None:
     clock.now += 10
     assert tier.ttl_left("t") == 20 and tier.ttl_left("forever") is None
     assert tier.ttl_left("absent") == 0.0
+
+
+def _eager_reference(policy_name: str, ops: list[tuple[str, int]], capacity: int) -> list[set]:
+    """The same policy driven the textbook way, one call per hit (as `simulator.replay`
+    does): the resident set after every operation."""
+    from cache_runtime.policies import make_policy
+
+    policy, resident, states = make_policy(policy_name), set(), []
+    for op, key_id in ops:
+        key = f"k{key_id}"
+        if key in resident:
+            policy.on_access(key, 0.0)  # a hit, or an overwrite: both are accesses
+        elif op == "put":
+            if len(resident) >= capacity:
+                gone = policy.victim(lambda _: False)
+                policy.on_remove(gone)
+                resident.discard(gone)
+            policy.on_insert(key, 0.0, None)
+            resident.add(key)
+        states.append(set(resident))
+    return states
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("policy", ["lru", "prefix-slru", "prefix-arc", "preheat"])
+def test_buffered_hits_evict_exactly_as_eager_updates(seed: int, policy: str) -> None:
+    """The tier records hits (and overwrites) in a read buffer and hands them to the policy in
+    bulk; every eviction must still be the one the policy makes with a call per hit, or the
+    benchmarked policy (replayed eagerly) would not be the served one. Long random runs (a
+    skew towards low ids makes hits, repeats and re-insertions of ghosts common)."""
+    import random
+
+    rng = random.Random(seed)
+    ops = [
+        (rng.choice(["put", "get", "get"]), int(rng.paretovariate(0.8)) % 41) for _ in range(3000)
+    ]
+    capacity = 12
+    tier = MemoryTier(capacity, policy=policy)  # 1-byte values: the budget is 12 entries
+    expected = _eager_reference(policy, ops, capacity)
+    for (op, key_id), resident in zip(ops, expected, strict=True):
+        key = f"k{key_id}"
+        if op == "put":
+            tier.put(key, b"x")
+        else:
+            tier.get(key)
+        assert set(tier._entries) == resident
+
+
+def test_hits_from_many_threads_are_all_counted_and_the_tier_stays_consistent() -> None:
+    import threading
+
+    tier = MemoryTier(400, policy="preheat")
+    for i in range(50):
+        tier.put(f"k{i}", b"x" * 4)
+    gets_per_thread, threads = 20_000, 4
+
+    def reader(seed: int) -> None:
+        for i in range(gets_per_thread):
+            tier.get(f"k{(i * 7 + seed) % 60}")  # keys 50..59 miss
+
+    def writer() -> None:
+        for i in range(5_000):
+            tier.put(f"w{i % 80}", b"y" * 4)  # evicts, drains the buffer concurrently
+            if i % 7 == 0:
+                tier.delete(f"k{i % 50}")
+
+    workers = [threading.Thread(target=reader, args=(s,)) for s in range(threads)]
+    workers.append(threading.Thread(target=writer))
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    stats = tier.stats()
+    assert stats.hits + stats.misses == threads * gets_per_thread
+    assert tier.check() == []
+    assert stats.bytes <= 400
