@@ -230,11 +230,16 @@ class Hint:
 
     TAIL: the last block of a request's prompt (known when the request arrives: its length is
     known), which is rarely shared by a later prompt — on real conversation traces a request's
-    last block is almost never reused. (The other hints have their own calls: "conversation
-    ended" is `MemoryTier.cool` / `HybridCache.cool`, "pin with TTL" is `put(pinned=True,
-    ttl_s=...)`.)"""
+    last block is almost never reused.
+    CONVERSATION: the block belongs to a conversation that has already had a follow-up turn
+    (the application's session id and turn number say so) and has not ended: its next turn
+    reads the whole history again. The prefix policies insert such blocks on their "reused"
+    side (ARC's T2, SLRU's protected segment) instead of making them earn it with a second hit.
+    The other hints have their own calls: "conversation ended" is `MemoryTier.cool` /
+    `HybridCache.cool`, "pin with TTL" is `put(pinned=True, ttl_s=...)`."""
 
     TAIL = "tail"
+    CONVERSATION = "conversation"
 
 
 def _registry() -> dict[str, type[EvictionPolicy]]:

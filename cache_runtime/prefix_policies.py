@@ -42,7 +42,8 @@ class PrefixSLRU(EvictionPolicy):
         self._capacity: int | None = None
 
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
-        if self._ghosts.pop(key, 0) is None:  # evicted recently and wanted again
+        # evicted recently and wanted again, or a live conversation's history
+        if self._ghosts.pop(key, 0) is None or hint == Hint.CONVERSATION:
             self._protected[key] = None
             self._rebalance()
             return
@@ -126,6 +127,9 @@ class PrefixARC(EvictionPolicy):
         if key in self._b2:  # ghost of T2: the frequency side was too small
             self._p = max(0.0, self._p - max(len(self._b1) / len(self._b2), 1))
             del self._b2[key]
+            self._t2[key] = None
+            return
+        if hint == Hint.CONVERSATION:  # a live conversation's history: read again next turn
             self._t2[key] = None
             return
         self._t1[key] = None

@@ -7,7 +7,8 @@ request, a block only counts once every block before it hit too.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -100,6 +101,59 @@ def _replay_priorities(
             resident.discard(gone)
         on_insert(obj, clock[i], Hint.TAIL if tails[i] else None, priority[i])
         resident.add(obj)
+    return hits
+
+
+@dataclass(frozen=True)
+class AppHints:
+    """What a serving application tells the cache beyond the trace, per access.
+
+    `conversation`: (N,) bool, the access belongs to a conversation past its first turn that
+    has not ended (inserted with `Hint.CONVERSATION`). `cool_after`: access index -> keys the
+    application declares cold right after that access ("conversation ended": its own blocks go
+    first, `EvictionPolicy.on_cold`)."""
+
+    conversation: np.ndarray
+    cool_after: Mapping[int, list[int]]
+
+
+def replay_with_app_hints(
+    policy: EvictionPolicy,
+    accesses: np.ndarray,
+    request_starts: np.ndarray,
+    capacity: int,
+    app: AppHints,
+) -> np.ndarray:
+    """`replay` with the tail hint plus the application's conversation hints (a copy of its
+    loop, so that the plain replay pays nothing for them)."""
+    if capacity <= 0:
+        raise ValueError("capacity must be positive")
+    n = len(accesses)
+    if np.shape(app.conversation) != (n,):
+        raise ValueError(f"conversation must have shape ({n},), got {np.shape(app.conversation)}")
+    tails = np.zeros(n, dtype=bool)
+    if 0 < len(request_starts) < n:
+        tails[np.append(request_starts[1:], n) - 1] = True
+    inserted_as = np.where(tails, Hint.TAIL, np.where(app.conversation, Hint.CONVERSATION, ""))
+    hint_of = [h or None for h in inserted_as.tolist()]
+    hits = np.zeros(n, dtype=bool)
+    resident: set[int] = set()
+    cool_after = app.cool_after
+    for i, obj in enumerate(accesses.tolist()):
+        if obj in resident:
+            hits[i] = True
+            policy.on_access(obj, float(i))
+        else:
+            if len(resident) >= capacity:
+                gone = policy.victim(_never)
+                policy.on_remove(gone)
+                resident.discard(gone)
+            policy.on_insert(obj, float(i), hint_of[i])
+            resident.add(obj)
+        if i in cool_after:
+            for key in cool_after[i]:
+                if key in resident:
+                    policy.on_cold(key)
     return hits
 
 

@@ -150,3 +150,9 @@ def test_tail_hints_only_apply_to_multi_block_requests() -> None:
     with_hints = replay(PrefixSLRU(), ids, one_per_request.request_starts, 80, hints=True)
     without = replay(PrefixSLRU(), ids, one_per_request.request_starts, 80, hints=False)
     assert np.array_equal(with_hints, without)
+
+
+def test_a_cache_too_small_for_libcachesim_is_refused_not_aborted() -> None:
+    """libCacheSim's S3-FIFO kills the process below 10 entries: refuse with the reason."""
+    with pytest.raises(ValueError, match="at least 10"):
+        bench_cache(random_trace(2000, seed=2), [0.01])

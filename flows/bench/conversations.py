@@ -1,0 +1,87 @@
+"""Conversations in a multi-block request trace: what a serving application's session ids, turn
+numbers and "conversation ended" calls would tell the cache, recovered from the prompts.
+
+A request continues a conversation when its blocks start with every complete block of an
+earlier request (all of that request's blocks but its last, partial one): its prompt is the
+earlier prompt, the answer and a new question. This uses only requests before it, as a session
+id does. The "conversation ended" call is the application's (the user closed the chat); in a
+recorded trace it is placed right after the conversation's last request, which is when an
+explicit close would come. On the shipped Mooncake trace: 2537 conversations, 1456 follow-ups.
+
+Which blocks are a conversation's own (what "ended" may cool): the new blocks of its follow-up
+turns and the last block of each of its requests. Not its first turn's other blocks: those may
+be a shared system prompt or document that other conversations read too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cache_runtime.simulator import AppHints
+from flows.bench.traces import AccessTrace
+
+
+@dataclass(frozen=True)
+class Conversations:
+    session: np.ndarray  # (R,) int64 conversation id of each request, in order of first turn
+    turn: np.ndarray  # (R,) int64 0 for a conversation's first request
+    own: list[list[int]]  # per request: the blocks that are the conversation's own
+
+    @property
+    def count(self) -> int:
+        return int(self.session.max()) + 1 if len(self.session) else 0
+
+    @property
+    def follow_ups(self) -> int:
+        return int((self.turn > 0).sum())
+
+
+def find_conversations(trace: AccessTrace) -> Conversations:
+    """Group requests into conversations (see the module docstring)."""
+    starts = trace.request_starts.tolist()
+    ends = [*starts[1:], len(trace.accesses)]
+    blocks_of = trace.accesses.tolist()
+    known: dict[tuple[int, ...], tuple[int, int]] = {}  # complete blocks -> (session, turn)
+    session: list[int] = []
+    turn: list[int] = []
+    own: list[list[int]] = []
+    opened = 0
+    for start, end in zip(starts, ends, strict=True):
+        blocks = tuple(blocks_of[start:end])
+        found, matched = None, 0
+        for length in range(len(blocks) - 1, 0, -1):  # the longest earlier prompt it extends
+            found = known.get(blocks[:length])
+            if found is not None:
+                matched = length
+                break
+        if found is None:
+            session.append(opened)
+            opened += 1
+            turn.append(0)
+            own.append(list(blocks[-1:]))
+        else:
+            session.append(found[0])
+            turn.append(found[1] + 1)
+            own.append(list(blocks[matched:]))
+        known[blocks[:-1]] = (session[-1], turn[-1])
+    return Conversations(np.array(session, dtype=np.int64), np.array(turn, dtype=np.int64), own)
+
+
+def app_hints(trace: AccessTrace, conversations: Conversations) -> AppHints:
+    """Per access: inside a follow-up turn (a live conversation: `Hint.CONVERSATION`); after a
+    conversation's last request: its own blocks, declared cold."""
+    starts = trace.request_starts
+    lengths = np.diff(np.append(starts, len(trace.accesses)))
+    conversation = np.repeat(conversations.turn > 0, lengths)
+    last_request: dict[int, int] = {}
+    owned: dict[int, list[int]] = {}
+    for request, sid in enumerate(conversations.session.tolist()):
+        last_request[sid] = request
+        owned.setdefault(sid, []).extend(conversations.own[request])
+    cool_after = {
+        int(starts[request] + lengths[request] - 1): owned[sid]
+        for sid, request in last_request.items()
+    }
+    return AppHints(conversation, cool_after)
