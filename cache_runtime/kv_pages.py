@@ -67,13 +67,20 @@ def store_prefix(
     model_id: str,
     tokens: Sequence[int],
     kv_cache: Any,
+    turn: int | None = None,
     **put_options: Any,
 ) -> int:
     """Store the full pages of `tokens` from a transformers cache holding at least their KV.
 
+    `turn`: the request's turn in its conversation, when the application knows it. From the
+    second turn on, a conversation is live and its next turn reads these pages again, so they
+    go in with `Hint.CONVERSATION` (measured by `preheat bench cache`: `preheat_app_hints`).
     Returns the number of pages stored; stops at the first page a tier refuses (a later page
     without it would be unusable).
     """
+    if turn is not None and turn < 0:
+        raise ValueError(f"turn must be >= 0, got {turn}")
+    body_hint = Hint.CONVERSATION if turn else None
     stored = 0
     parent = None
     keys = page_keys(tenant, model_id, tokens)
@@ -84,7 +91,7 @@ def store_prefix(
             (layer.keys[:, :, start:end], layer.values[:, :, start:end])
             for layer in kv_cache.layers
         ]
-        hint = Hint.TAIL if index == len(keys) - 1 else None  # the prompt's own last page
+        hint = Hint.TAIL if index == len(keys) - 1 else body_hint  # the prompt's own last page
         if not cache.put(key, encode_page(layers), parent=parent, hint=hint, **put_options):
             break
         parent = key

@@ -81,3 +81,20 @@ def test_pages_stream_in_order_and_stop_at_a_hole(model_and_tokens) -> None:
     first = next(streamed)  # usable before the rest has been fetched
     assert first.key == keys[0] and first.layers[0][0].shape == (1, 4, PAGE_TOKENS, 16)
     assert [p.key.depth for p in streamed] == [1]
+
+
+def test_a_follow_up_turns_pages_go_in_as_a_live_conversation(model_and_tokens) -> None:
+    """turn >= 1: the body pages sit on the policy's reused side (ARC's T2); the prompt's last
+    page stays a cold tail; a first turn's pages start on the seen-once side (T1)."""
+    model, tokens = model_and_tokens
+    with torch.no_grad():
+        kv = model(torch.tensor([tokens]), use_cache=True).past_key_values
+    keys = [key.to_string() for key in page_keys("acme", "tiny-gpt2", tokens)]
+    for turn, body_protected in ((0, False), (1, True)):
+        tier = MemoryTier(64 * 1024 * 1024, policy="prefix-arc")
+        assert store_prefix(HybridCache([tier]), "acme", "tiny-gpt2", tokens, kv, turn=turn) == 4
+        reused_side = tier.policy._t2  # type: ignore[attr-defined]
+        assert all((key in reused_side) == body_protected for key in keys[:-1])
+        assert keys[-1] not in reused_side
+    with pytest.raises(ValueError, match="turn"):
+        store_prefix(HybridCache([MemoryTier(1024)]), "acme", "tiny-gpt2", tokens, kv, turn=-1)
