@@ -72,13 +72,22 @@ class HybridCache:
 
     # -- core ----------------------------------------------------------------------------------
 
-    def get(self, key: CacheKey | str) -> bytes | None:
-        """The value from the fastest tier holding it, promoted into the tiers above; or None."""
-        return self.get_with_tier(key)[0]
+    def get(self, key: CacheKey | str, parent: CacheKey | str | None = None) -> bytes | None:
+        """The value from the fastest tier holding it, promoted into the tiers above; or None.
 
-    def get_with_tier(self, key: CacheKey | str) -> tuple[bytes | None, str | None]:
+        `parent`: for a KV page, the page before it (its prefix). A promoted page is then
+        linked to its parent in the tiers above, so the memory tier keeps the chain
+        prefix-closed (never evicts the parent first, refuses the page if the parent is not
+        there). A prefix key holds a hash of its parent's, not the parent's key, so the caller,
+        which walks the chain in order, is the one that knows it."""
+        return self.get_with_tier(key, parent)[0]
+
+    def get_with_tier(
+        self, key: CacheKey | str, parent: CacheKey | str | None = None
+    ) -> tuple[bytes | None, str | None]:
         """`get`, also naming the tier that answered (None on a miss): what a load cost."""
         text = key if isinstance(key, str) else key.to_string()
+        parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
         kind = key_kind(text)
         started = time.monotonic_ns()
         for depth, tier in enumerate(self.tiers):
@@ -93,12 +102,20 @@ class HybridCache:
                     ttl = (
                         renew if renew is not None else self._call(tier, "ttl", tier.ttl_left, text)
                     )
-                    self._promote(text, value, ttl, self.tiers[:depth], since_ns=started)
+                    self._promote(
+                        text, value, ttl, self.tiers[:depth], since_ns=started, parent=parent_text
+                    )
                 return value, tier.name
         return None, None
 
     def _promote(
-        self, key: str, value: bytes, ttl: float | None, uppers: Sequence[Tier], since_ns: int
+        self,
+        key: str,
+        value: bytes,
+        ttl: float | None,
+        uppers: Sequence[Tier],
+        since_ns: int,
+        parent: str | None = None,
     ) -> None:
         if ttl is not None and ttl <= 0:
             return  # expired (or gone) meanwhile: nothing worth copying
@@ -106,7 +123,7 @@ class HybridCache:
             if self._tombstones.get(key, -1) >= since_ns:
                 return  # deleted while we were reading: do not resurrect it
             for upper in uppers:
-                if self._call(upper, "put", upper.put, key, value, ttl_s=ttl):
+                if self._call(upper, "put", upper.put, key, value, ttl_s=ttl, parent=parent):
                     self.metrics.promotions.labels(upper.name).inc()
 
     def put(

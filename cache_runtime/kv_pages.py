@@ -104,11 +104,13 @@ def stream_prefix(
 ) -> Iterator[KVPage]:
     """Cached pages of `tokens` in order, each yielded as soon as it is fetched; ends at the
     first page not cached."""
+    parent = None
     for key in page_keys(tenant, model_id, tokens):
-        data = cache.get(key)
+        data = cache.get(key, parent=parent)  # a promoted page stays linked to its prefix
         if data is None:
             return
         yield KVPage(key, decode_page(data))
+        parent = key
 
 
 def load_prefix(

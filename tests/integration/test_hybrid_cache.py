@@ -246,3 +246,31 @@ def test_stale_demotion_and_superseded_refill_are_dropped() -> None:
     assert first.result(10) is False  # superseded by the later invalidation
     assert cache.get(k("q")) == b"second"
     assert cache.metrics.value("preheat_cache_refills_total", result="superseded") == 1
+
+
+def test_promoted_pages_stay_linked_to_their_prefix(tmp_path: Path) -> None:
+    """Pages read from the SSD in chain order are promoted with their parent: the memory tier
+    keeps the chain prefix-closed (a child goes before its parent), and a page whose parent is
+    not in memory is not promoted alone (it would be unusable there)."""
+    from cache_runtime.kv_pages import page_keys
+
+    memory, ssd = MemoryTier(350), SSDTier(tmp_path / "ssd", 100_000)
+    cache = HybridCache([memory, ssd], write_through=["ssd"])
+    chain = [key.to_string() for key in page_keys("acme", "tiny-gpt2", list(range(48)))]
+    parent = None
+    for key in chain:
+        assert cache.put(key, b"p" * 100, parent=parent)
+        parent = key
+    parent = None
+    for key in chain:
+        assert cache.get(key, parent=parent) == b"p" * 100
+        parent = key
+    assert all(memory.contains(key) for key in chain) and memory.check() == []
+    assert memory._entries[chain[2]].parent == chain[1]  # the link came along
+    assert memory.put("other", b"x" * 100)  # memory is full: a page must go, the chain's last
+    assert memory.contains(chain[0]) and memory.contains(chain[1])
+    assert not memory.contains(chain[2]) and memory.check() == []
+    memory.delete(chain[0])  # takes its descendants along
+    assert cache.get(chain[1], parent=chain[0]) == b"p" * 100  # served from the SSD...
+    assert not memory.contains(chain[1])  # ...but not promoted without its parent
+    ssd.close()
