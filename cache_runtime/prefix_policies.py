@@ -10,6 +10,7 @@ from __future__ import annotations
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from itertools import islice
 
 from cache_runtime.policies import EvictionPolicy, Hint
 
@@ -87,10 +88,14 @@ class PrefixSLRU(EvictionPolicy):
 
     def _rebalance(self) -> None:
         entries = self._capacity or len(self._probation) + len(self._protected)
-        limit = max(1, int(entries * self.protected_share))
-        while len(self._protected) > limit:
-            demoted, _ = self._protected.popitem(last=False)
-            self._probation[demoted] = None
+        excess = len(self._protected) - max(1, int(entries * self.protected_share))
+        if excess <= 0:
+            return
+        # protected's least recent `excess` go to probation's recent end, oldest first; in C:
+        # a bulk drain can promote thousands at once
+        demoted = list(islice(self._protected, excess))
+        deque(map(self._protected.pop, demoted), maxlen=0)
+        self._probation.update(dict.fromkeys(demoted))
 
 
 class PrefixARC(EvictionPolicy):
@@ -293,7 +298,7 @@ class DuelingPolicy(EvictionPolicy):
         """Both members in bulk; the shadows replay the sampled hits one by one, repeats
         included, since a shadow (smaller than the cache) may miss and evict between them."""
         # Members only care about each key's last hit; a dedup (in C) saves them the repeats
-        last_hits = list(dict.fromkeys(reversed(keys)))[::-1] if len(keys) > 256 else keys
+        last_hits = list(reversed(dict.fromkeys(reversed(keys)))) if len(keys) > 256 else keys
         for member in self._members:
             member.on_access_many(last_hits)
         if self._shadows is not None:

@@ -49,6 +49,8 @@ class MemoryTier:
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self._on_access = self.policy.on_access
         self._timed = self.policy.uses_time
+        if self._timed:  # a time-aware policy needs each hit's time: no read buffer
+            self.get = self._get_locked  # type: ignore[method-assign]
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
         self._bytes = 0
@@ -70,7 +72,7 @@ class MemoryTier:
         updates — only cheaper: a batch is deduplicated and applied with C-level operations.
         """
         entry = self._entries.get(key)  # one dict read: atomic under the GIL
-        if entry is None or entry.expires_at is not None or self._timed:
+        if entry is None or entry.expires_at is not None:
             return self._get_locked(key)
         reads = self._reads
         reads.append(key)  # list.append is atomic: no lost reads between threads
