@@ -314,13 +314,18 @@ def _round_trips(tier: RedisTier) -> None:
     assert tier.stats().errors == 0
 
 
-def _assert_degrades(tier: RedisTier) -> str:
-    """The tier answers a miss and a refused put, counts the errors, and says why in `check`."""
-    assert tier.get(key("q")) is None
-    assert not tier.put(key("q"), b"answer")
-    assert not tier.contains(key("q"))
-    assert tier.stats().errors >= 3
-    (problem,) = tier.check()
+def _assert_degrades(url: str, **tls: str) -> str:
+    """A tier over `url` answers a miss and a refused put, counts the errors, and says why in
+    `check` (returned)."""
+    tier = _tier(url, **tls)
+    try:
+        assert tier.get(key("q")) is None
+        assert not tier.put(key("q"), b"answer")
+        assert not tier.contains(key("q"))
+        assert tier.stats().errors >= 3
+        (problem,) = tier.check()
+    finally:
+        tier.close()
     return problem
 
 
@@ -351,11 +356,8 @@ def test_tls_files_need_a_tcp_url_and_a_cert_with_its_key(pki: Pki) -> None:
 
 
 def test_a_server_signed_by_another_ca_degrades_the_tier(tls_proxy: TlsProxy, pki: Pki) -> None:
-    tier = _tier(f"rediss://{LOOPBACK}:{tls_proxy.port}/0", tls_ca_file=str(pki.other_ca.cert_file))
-    try:
-        problem = _assert_degrades(tier)
-    finally:
-        tier.close()
+    url = f"rediss://{LOOPBACK}:{tls_proxy.port}/0"
+    problem = _assert_degrades(url, tls_ca_file=str(pki.other_ca.cert_file))
     assert "CERTIFICATE_VERIFY_FAILED" in problem and "unable to get local issuer" in problem
     assert any("UNKNOWN_CA" in str(err) for err in tls_proxy.rejected)  # the client's alert
 
@@ -364,11 +366,8 @@ def test_a_certificate_for_another_ip_is_refused(plain_redis: RedisServer, pki: 
     """Hostname (IP SAN) verification is on: a certificate from the trusted CA, but for
     127.0.0.2, does not pass for 127.0.0.1."""
     with TlsProxy(plain_redis.port, pki.wrong_host) as proxy:
-        tier = _tier(f"rediss://{LOOPBACK}:{proxy.port}/0", tls_ca_file=str(pki.ca.cert_file))
-        try:
-            problem = _assert_degrades(tier)
-        finally:
-            tier.close()
+        url = f"rediss://{LOOPBACK}:{proxy.port}/0"
+        problem = _assert_degrades(url, tls_ca_file=str(pki.ca.cert_file))
     assert "CERTIFICATE_VERIFY_FAILED" in problem and "IP address mismatch" in problem
 
 
@@ -389,11 +388,7 @@ def test_mutual_tls_with_a_client_certificate(mtls_proxy: TlsProxy, pki: Pki) ->
 def test_mutual_tls_without_a_client_certificate_is_rejected(
     mtls_proxy: TlsProxy, pki: Pki
 ) -> None:
-    tier = _tier(f"rediss://{LOOPBACK}:{mtls_proxy.port}/0", tls_ca_file=str(pki.ca.cert_file))
-    try:
-        _assert_degrades(tier)
-    finally:
-        tier.close()
+    _assert_degrades(f"rediss://{LOOPBACK}:{mtls_proxy.port}/0", tls_ca_file=str(pki.ca.cert_file))
     wait_until(lambda: bool(mtls_proxy.rejected))  # the proxy thread records it after replying
     assert all("PEER_DID_NOT_RETURN_A_CERTIFICATE" in str(err) for err in mtls_proxy.rejected)
 
