@@ -30,15 +30,13 @@ class EvictionPolicy:
 
     def on_access_many(self, keys: Sequence[str]) -> None:
         """Hits in access order, repeats included: what the memory tier's read buffer holds
-        when it catches the policy up. A key that a concurrent delete removed after it was read
-        may be among them and is skipped. Must leave the policy exactly as `on_access(key, 0.0)`
+        when it catches the policy up. Must leave the policy exactly as `on_access(key, 0.0)`
         per key would (the tests compare the two); policies override it with bulk C-level
-        operations, which is what makes a buffered hit cheap."""
-        for key in keys:
-            try:
-                self.on_access(key, 0.0)
-            except KeyError:  # removed since it was read
-                continue
+        operations, which is what makes a buffered hit cheap. An override must skip keys that
+        are no longer cached (a concurrent delete can remove a key after a reader buffered it);
+        this default is given only cached keys."""
+        for key in keys:  # the memory tier gives this default only keys still cached
+            self.on_access(key, 0.0)
 
     def on_remove(self, key: str) -> None:
         raise NotImplementedError

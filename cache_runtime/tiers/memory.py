@@ -49,6 +49,9 @@ class MemoryTier:
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self._on_access = self.policy.on_access
         self._timed = self.policy.uses_time
+        # A policy without its own bulk update gets only keys still cached (its `on_access`
+        # may not know to skip a key that a concurrent delete removed after it was read)
+        self._filter_reads = type(self.policy).on_access_many is EvictionPolicy.on_access_many
         if self._timed:  # a time-aware policy needs each hit's time: no read buffer
             self.get = self._get_locked  # type: ignore[method-assign]
         self._clock = clock
@@ -70,6 +73,9 @@ class MemoryTier:
         policy applies a drained batch exactly as it would have applied each hit
         (`EvictionPolicy.on_access_many`), so eviction decisions are the same as with eager
         updates — only cheaper: a batch is deduplicated and applied with C-level operations.
+        One race is accepted: a reader that found an entry just before another thread deleted
+        and re-inserted its key buffers the hit after the re-insert, so it counts for the new
+        entry (single-threaded this cannot happen: every insert and removal drains first).
         """
         entry = self._entries.get(key)  # one dict read: atomic under the GIL
         if entry is None or entry.expires_at is not None:
@@ -198,6 +204,7 @@ class MemoryTier:
 
     def close(self) -> None:
         with self._lock:
+            self._drain()
             for key in list(self._entries):
                 self.policy.on_remove(key)
             self._entries.clear()
@@ -281,6 +288,8 @@ class MemoryTier:
         del reads[:count]  # appends made meanwhile stay for the next drain
         self._stats.hits += count - self._buffered_writes
         self._buffered_writes = 0
+        if self._filter_reads:
+            batch = [key for key in batch if key in self._entries]
         self.policy.on_access_many(batch)  # skips keys another thread removed after reading
 
     def _demote(self, evicted: list[tuple[str, bytes, float | None, int | None]]) -> None:
@@ -339,7 +348,13 @@ class MemoryTier:
             self._entries[entry.parent].children.discard(key)
 
     def _remove_with_descendants(self, key: str) -> None:
-        """Deleting or expiring a page makes its descendants unusable: they go too."""
+        """Deleting or expiring a page makes its descendants unusable: they go too.
+
+        The buffered hits reach the policy first: where a removed key sits when it goes (ARC's
+        T1 or T2, SLRU's probation or protected) decides its ghost, so a removal must see the
+        hits before it, as every eviction does."""
+        if self._reads:
+            self._drain()
         order, stack = [], [key]
         while stack:  # depth-first over the subtree; cost is its size, not the tier's
             current = stack.pop()

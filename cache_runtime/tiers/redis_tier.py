@@ -44,11 +44,12 @@ def redis_client(
     TLS is on for a `rediss://` URL, and for a `redis://` URL given any `tls_*` file (the file
     says TLS is meant; a plaintext connection that carried the CA along would fail on first use).
     The server certificate is always verified, including its host name or IP (redis-py's
-    defaults, `ssl_cert_reqs="required"` and `ssl_check_hostname=True`, kept on purpose);
-    `tls_ca_file` trusts a private CA instead of the system store, and `tls_cert_file` with
-    `tls_key_file` present a client certificate (mutual TLS). The same `ssl_*` options can ride
-    in the URL's query (`rediss://host:6380/0?ssl_ca_certs=/etc/ca.pem`), which is how a
-    settings file's `redis_url` carries them; redis-py lets the query win over these arguments.
+    defaults since 6.0, `ssl_cert_reqs="required"` and `ssl_check_hostname=True`, are passed
+    explicitly all the same); `tls_ca_file` trusts a private CA instead of the system store,
+    and `tls_cert_file` with `tls_key_file` present a client certificate (mutual TLS). The same
+    `ssl_*` options can ride in the URL's query (`rediss://host:6380/0?ssl_ca_certs=/etc/ca.pem`),
+    which is how a settings file's `redis_url` carries them; redis-py lets the query win over
+    these arguments.
 
     Raises:
         ValueError: TLS files with a `unix://` URL, or only one of the client cert and key.
@@ -70,6 +71,9 @@ def redis_client(
     if tls_files:
         url = _tls_url(url)
         options.update(tls_files)
+    if url.startswith("rediss://"):
+        # Verification spelled out: redis-py before 6.0 did not check the host name by default
+        options.update(ssl_cert_reqs="required", ssl_check_hostname=True)
     if cluster:
         from redis.cluster import RedisCluster
 

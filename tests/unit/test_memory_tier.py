@@ -272,3 +272,59 @@ def test_hits_from_many_threads_are_all_counted_and_the_tier_stays_consistent() 
     assert stats.hits + stats.misses == threads * gets_per_thread
     assert tier.check() == []
     assert stats.bytes <= 400
+
+
+def _eager_tier(policy_name: str, capacity: int, clock: FakeClock) -> MemoryTier:
+    """The same tier with its read buffer off: a policy that says it reads the time gets every
+    hit and overwrite as it happens (`on_access` per call), which is the eager reference."""
+    from cache_runtime.policies import make_policy
+
+    policy = make_policy(policy_name)
+    policy.uses_time = True  # this instance only: the tier then takes the eager path
+    return MemoryTier(capacity, policy=policy, clock=clock)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("policy", ["lru", "prefix-slru", "prefix-arc", "preheat"])
+def test_buffered_tier_matches_the_eager_tier_through_deletes_ttls_and_bursts(
+    seed: int, policy: str
+) -> None:
+    """Every operation the tier has, mixed: values that grow on overwrite, deletes, TTLs that
+    expire, `contains`/`touch`/`cool`, and bursts of hundreds of hits (the duel's bulk dedup
+    path). After every step both tiers hold the same keys and the same hit count."""
+    import random
+
+    rng = random.Random(seed)
+    clock_a, clock_b = FakeClock(), FakeClock()
+    buffered = MemoryTier(24, policy=policy, clock=clock_a)
+    eager = _eager_tier(policy, 24, clock_b)
+    for _ in range(2500):
+        op = rng.choice(
+            ["put", "put", "get", "get", "get", "delete", "ttl", "tick", "probe", "burst"]
+        )
+        key = f"k{int(rng.paretovariate(0.8)) % 41}"
+        size = rng.choice([1, 1, 2, 3])  # an overwrite may grow the value and make room
+        for tier in (buffered, eager):
+            if op == "put":
+                tier.put(key, bytes(size))
+            elif op == "get":
+                tier.get(key)
+            elif op == "delete":
+                tier.delete(key)
+            elif op == "ttl":
+                tier.put(key, b"t", ttl_s=5.0)
+            elif op == "probe":
+                tier.contains(key)
+                tier.touch(key, None)
+                tier.cool([key])
+        if op == "tick":
+            clock_a.now += 2.0
+            clock_b.now += 2.0
+        if op == "burst":
+            keys = [f"k{int(rng.paretovariate(0.8)) % 41}" for _ in range(400)]
+            for tier in (buffered, eager):
+                for hit in keys:
+                    tier.get(hit)
+        assert set(buffered._entries) == set(eager._entries)
+    assert buffered.stats().hits == eager.stats().hits
+    assert buffered.check() == [] and eager.check() == []
