@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -196,16 +197,29 @@ class RedisClusterServers:
 
     Slots are split evenly with CLUSTER ADDSLOTS and the nodes introduced with CLUSTER MEET
     through redis-py, so no redis-cli is needed; ready when every node reports cluster_state:ok.
+
+    `node_args`, if given, is called with each node's port (before any node starts) and returns
+    extra redis-server arguments for that node: e.g. `--cluster-announce-port` for a node that
+    clients reach through a proxy. They must be startup arguments: redis-server 6.2 applies a
+    CONFIG SET of cluster-announce-port to what it gossips, not to its own CLUSTER SLOTS entry.
     """
 
     SLOTS = 16384
 
-    def __init__(self, masters: int = 3, startup_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        masters: int = 3,
+        startup_timeout_s: float = 30.0,
+        node_args: Callable[[int], Sequence[str]] | None = None,
+    ) -> None:
         self.startup_timeout_s = startup_timeout_s
         self.nodes = [
             RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-node-timeout", "2000"))
             for _ in range(masters)
         ]
+        if node_args is not None:
+            for node in self.nodes:
+                node.extra_args = (*node.extra_args, *node_args(node.port))
 
     @property
     def url(self) -> str:

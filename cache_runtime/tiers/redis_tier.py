@@ -22,7 +22,8 @@ import redis
 
 from cache_runtime.tiers.base import TierStats
 
-_ERRORS = (redis.RedisError, OSError)
+# RedisClusterException is not a RedisError: a cluster client raises it once no node answers
+_ERRORS = (redis.RedisError, OSError, redis.exceptions.RedisClusterException)
 _MSET_MAX_BYTES = 8 << 20  # per MSET command (see `RedisTier._mset_commands`)
 _INLINE_VALUE_BYTES = 64 << 10  # larger values are not copied into their entry
 
