@@ -15,6 +15,15 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 
 
+def move_to_end_all(order: OrderedDict[str, None], keys: Sequence[str]) -> None:
+    """`order.move_to_end(key)` for each of `keys` in turn, in a C loop (no Python frame per
+    key); keys no longer in `order` (removed after a reader buffered them) are skipped."""
+    try:
+        deque(map(order.move_to_end, keys), maxlen=0)
+    except KeyError:  # a key removed after it was read: the cached ones, again, in order
+        deque(map(order.move_to_end, filter(order.__contains__, keys)), maxlen=0)
+
+
 class EvictionPolicy:
     """Base: `on_insert` / `on_access` / `on_remove` keep state, `victim` names the next one."""
 
@@ -67,10 +76,7 @@ class LRUPolicy(EvictionPolicy):
         self._order.move_to_end(key)
 
     def on_access_many(self, keys: Sequence[str]) -> None:
-        try:  # a C loop: no Python frame per hit
-            deque(map(self._order.move_to_end, keys), maxlen=0)
-        except KeyError:  # a key removed after it was read: the cached ones, again, in order
-            deque(map(self._order.move_to_end, filter(self._order.__contains__, keys)), 0)
+        move_to_end_all(self._order, keys)
 
     def on_remove(self, key: str) -> None:
         self._order.pop(key, None)

@@ -12,7 +12,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from itertools import islice
 
-from cache_runtime.policies import EvictionPolicy, Hint
+from cache_runtime.policies import EvictionPolicy, Hint, move_to_end_all
 
 
 class PrefixSLRU(EvictionPolicy):
@@ -196,10 +196,7 @@ def _hits_to_end(
     if promoted:
         deque(map(source.pop, promoted), maxlen=0)
         target.update(promoted)
-    try:
-        deque(map(target.move_to_end, keys), maxlen=0)
-    except KeyError:  # a key removed after it was read: redo over the cached ones
-        deque(map(target.move_to_end, filter(target.__contains__, keys)), maxlen=0)
+    move_to_end_all(target, keys)
     return len(promoted)
 
 

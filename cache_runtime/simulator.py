@@ -47,9 +47,7 @@ def replay(
             raise ValueError(f"policy {policy.name!r} does not weigh accesses by priority")
         if np.shape(priorities) != (n,):
             raise ValueError(f"priorities must have shape ({n},), got {np.shape(priorities)}")
-    tails = np.zeros(n, dtype=bool)
-    if hints and 0 < len(request_starts) < n:
-        tails[np.append(request_starts[1:], n) - 1] = True
+    tails = _request_tails(request_starts, n) if hints else np.zeros(n, dtype=bool)
     hits = np.zeros(n, dtype=bool)
     resident: set[int] = set()
     keys = accesses.tolist()
@@ -74,6 +72,15 @@ def replay(
         on_insert(key, clock[i], Hint.TAIL if tails[i] else None)
         resident.add(obj)
     return hits
+
+
+def _request_tails(request_starts: np.ndarray, n: int) -> np.ndarray:
+    """(n,) True at each request's last access — only for traces whose requests have several
+    accesses: where every access is its own request, "last block of the prompt" means nothing."""
+    tails = np.zeros(n, dtype=bool)
+    if 0 < len(request_starts) < n:
+        tails[np.append(request_starts[1:], n) - 1] = True
+    return tails
 
 
 def _replay_priorities(
@@ -131,9 +138,7 @@ def replay_with_app_hints(
     n = len(accesses)
     if np.shape(app.conversation) != (n,):
         raise ValueError(f"conversation must have shape ({n},), got {np.shape(app.conversation)}")
-    tails = np.zeros(n, dtype=bool)
-    if 0 < len(request_starts) < n:
-        tails[np.append(request_starts[1:], n) - 1] = True
+    tails = _request_tails(request_starts, n)
     inserted_as = np.where(tails, Hint.TAIL, np.where(app.conversation, Hint.CONVERSATION, ""))
     hint_of = [h or None for h in inserted_as.tolist()]
     hits = np.zeros(n, dtype=bool)

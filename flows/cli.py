@@ -251,7 +251,7 @@ def bench_cache_command(
     ] = True,
 ) -> None:
     """Replay a trace through the memory tier's policy and libCacheSim's, side by side."""
-    from flows.bench.cache_bench import MIN_BENCH_CAPACITY, bench_cache
+    from flows.bench.cache_bench import CacheSizeError, bench_cache
     from flows.bench.traces import TraceError, load_trace
 
     fractions = _parse_sizes(sizes)
@@ -259,14 +259,11 @@ def bench_cache_command(
         loaded = load_trace(trace, format_name)
     except TraceError as err:
         raise CliError(str(err)) from None
-    too_small = [f for f in fractions if round(f * loaded.unique) < MIN_BENCH_CAPACITY]
-    if too_small:
-        raise CliError(
-            f"--sizes {too_small[0]} of {loaded.unique} unique objects is under "
-            f"{MIN_BENCH_CAPACITY} entries (libCacheSim's S3-FIFO aborts below that)"
-        )
     with stderr.status("replaying") as status:
-        result = bench_cache(loaded, fractions, progress=lambda text: status.update(text))
+        try:
+            result = bench_cache(loaded, fractions, progress=lambda text: status.update(text))
+        except CacheSizeError as err:  # checked before any replay
+            raise CliError(f"--sizes: {err}") from None
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 
 

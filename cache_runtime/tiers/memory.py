@@ -125,11 +125,7 @@ class MemoryTier:
                 self._bytes += len(value) - len(entry.value)
                 entry.value, entry.expires_at, entry.pinned = value, None, pinned
                 entry.written_ns = time.monotonic_ns()
-                reads = self._reads
-                reads.append(key)  # as `_buffer_overwrite`, inline: this is the common put
-                self._buffered_writes += 1
-                if len(reads) >= _READ_BUFFER:
-                    self._drain()
+                self._buffer_overwrite(key)
                 return True
             stored = self._put_locked(key, value, ttl_s, pinned, parent, hint)
             evicted = self._evicted

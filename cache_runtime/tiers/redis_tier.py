@@ -148,7 +148,7 @@ class RedisTier:
         try:
             value = self._client.get(self.redis_key(key))
         except _ERRORS:
-            self._stats.errors += 1
+            self._count_error()
             self._stats.misses += 1
             return None
         if value is None:
@@ -296,14 +296,14 @@ class RedisTier:
         try:
             return bool(self._client.delete(self.redis_key(key)))
         except _ERRORS:
-            self._stats.errors += 1
+            self._count_error()
             return False
 
     def ttl_left(self, key: str) -> float | None:
         try:
             millis = self._client.pttl(self.redis_key(key))
         except _ERRORS:
-            self._stats.errors += 1
+            self._count_error()
             return 0.0
         if millis == -1:  # exists, no expiry
             return None
@@ -315,14 +315,14 @@ class RedisTier:
                 return bool(self._client.persist(self.redis_key(key))) or self.contains(key)
             return bool(self._client.pexpire(self.redis_key(key), max(1, int(ttl_s * 1000))))
         except _ERRORS:
-            self._stats.errors += 1
+            self._count_error()
             return False
 
     def contains(self, key: str) -> bool:
         try:
             return bool(self._client.exists(self.redis_key(key)))
         except _ERRORS:
-            self._stats.errors += 1
+            self._count_error()
             return False
 
     def contains_many(self, keys: list[str]) -> list[bool]:
@@ -336,7 +336,7 @@ class RedisTier:
                     pipe.exists(self.redis_key(key))
                 held.extend(bool(n) for n in pipe.execute())
         except _ERRORS:
-            self._stats.errors += 1
+            self._count_error()
             return [False] * len(keys)
         return held
 
@@ -348,7 +348,7 @@ class RedisTier:
                 items += 1
                 used += int(self._client.strlen(name))
         except _ERRORS:
-            self._stats.errors += 1
+            self._count_error()
             items = used = -1
         return TierStats(**{**vars(self._stats), "items": items, "bytes": used})
 

@@ -28,6 +28,10 @@ LIBCACHESIM_POLICIES = ("LRU", "ARC", "S3FIFO", "Sieve", "WTinyLFU")
 MIN_BENCH_CAPACITY = 10
 
 
+class CacheSizeError(ValueError):
+    """A cache size too small for a peer policy (checked before any replay)."""
+
+
 def _libcachesim_hits(name: str, trace: AccessTrace, capacity: int, oracle: Path) -> np.ndarray:
     import libcachesim as lcs
 
@@ -59,6 +63,13 @@ def bench_cache(
 ) -> dict[str, Any]:
     """The JSON object of `preheat bench cache` (see the issue for its fields)."""
     unique = trace.unique
+    capacities = {fraction: round(fraction * unique) for fraction in sizes}
+    for fraction, capacity in capacities.items():  # before any replay: fail fast, whole
+        if capacity < MIN_BENCH_CAPACITY:
+            raise CacheSizeError(
+                f"size {fraction} of {unique} unique objects is {capacity} entries; "
+                f"libCacheSim's S3-FIFO needs at least {MIN_BENCH_CAPACITY} (it aborts below)"
+            )
     result: dict[str, Any] = {
         "trace": trace.name,
         "requests": len(trace.request_starts),
@@ -79,13 +90,7 @@ def bench_cache(
     with tempfile.TemporaryDirectory() as work:
         oracle = Path(work) / "trace.oracleGeneral"
         write_oracle(trace, oracle)
-        for fraction in sizes:
-            capacity = round(fraction * unique)
-            if capacity < MIN_BENCH_CAPACITY:
-                raise ValueError(
-                    f"size {fraction} of {unique} unique objects is {capacity} entries; "
-                    f"libCacheSim's S3-FIFO needs at least {MIN_BENCH_CAPACITY}"
-                )
+        for fraction, capacity in capacities.items():
             row: dict[str, float] = {"capacity": capacity}
             started = time.perf_counter()
             ours = replay(

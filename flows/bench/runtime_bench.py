@@ -226,6 +226,7 @@ def bench_redis(
     (~2 s) and only a reference: it runs once.
     """
     value = b"v" * 100
+    owned = redis_url is None  # a server RedisHandle started: ours to empty
     with RedisHandle(redis_url) as url:
         client = redis_client(url, socket_timeout_s=5)
         tier = RedisTier(client, namespace="bench")
@@ -237,17 +238,17 @@ def bench_redis(
         peer: list[float] = []
         single: list[float] = []
         for _ in range(rounds):
-            _clear_bench_keys(client, owned=redis_url is None)
+            _clear_bench_keys(client, owned)
             started = time.perf_counter()
             for low in range(0, writes, batch):
                 tier.put_many(items[low : low + batch])
             ours.append(writes / (time.perf_counter() - started))
             for results, clients in ((peer, 50), (single, 1)):
-                _clear_bench_keys(client, owned=redis_url is None)
+                _clear_bench_keys(client, owned)
                 rps = _redis_benchmark_rps(url, writes, key_pattern, value, clients=clients)
                 if rps is not None:
                     results.append(rps)
-        _clear_bench_keys(client, owned=redis_url is None)
+        _clear_bench_keys(client, owned)
         started = time.perf_counter()
         for low in range(0, writes, batch):
             pipe = client.pipeline(transaction=False)
@@ -255,7 +256,7 @@ def bench_redis(
                 pipe.set(f"bench:raw:{key}", item_value)
             pipe.execute()
         raw = writes / (time.perf_counter() - started)
-        _clear_bench_keys(client, owned=redis_url is None)
+        _clear_bench_keys(client, owned)
         tier.close()
     mine = statistics.median(ours)
     peer_rps = round(statistics.median(peer), 1) if peer else None

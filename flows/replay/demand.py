@@ -99,10 +99,7 @@ class DemandModel:
     ) -> None:
         """A request for `blocks` (distinct indices) at `now`; `manifests` (long, short), not yet
         bumped with it, give the λs a probe notes when one is due (None: no new probe)."""
-        for probe in self.open:
-            self._count(probe, now)
-        while self.open and self.open[0].done == len(self.edges):
-            self.open.popleft()
+        self.advance(now)
         if manifests is not None and now >= self.next_probe:
             long, short = (m.expected_uses(now, self.window_s) for m in manifests)
             members = np.flatnonzero(long >= self.floor)
