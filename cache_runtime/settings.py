@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -79,6 +79,11 @@ class Settings(BaseSettings):
         data_dir: root of the lake, quarantine, features and the SSD tier.
         redis_url: an existing Redis to use. When unset, the platform starts its own
             `redis-server` on a free loopback port (see `cache_runtime.services`).
+        redis_cluster: `redis_url` names a node of a Redis Cluster (`PREHEAT_REDIS_CLUSTER=1`):
+            the node cache's Redis tier is then a cluster client (`redis_client(...,
+            cluster=True)`) that starts even while the cluster is down. Only that tier: the
+            live request stream still talks to `redis_url`'s node as a standalone Redis, and
+            Prefect's Redis messaging (`serve.prefect_messaging = "redis"`) is refused with it.
         mlflow_uri: tracking URI. MLflow 3.17 refuses a plain `./mlruns` file store, so the
             default is a sqlite file with artifacts beside it under `mlruns/`.
         request_stream: the Redis Stream that live request logs are appended to.
@@ -93,6 +98,7 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path("data")
     redis_url: str | None = None
+    redis_cluster: bool = False
     mlflow_uri: str = "sqlite:///mlruns/mlflow.db"
     mlflow_artifacts: Path = Path("mlruns/artifacts")
     request_stream: str = Field(default="preheat:requests", min_length=1)
@@ -107,6 +113,22 @@ class Settings(BaseSettings):
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
+
+    @model_validator(mode="after")
+    def _redis_cluster_combos(self) -> Settings:
+        if not self.redis_cluster:
+            return self
+        if self.redis_url is None:
+            raise ValueError("redis_cluster needs redis_url: a node to discover the cluster from")
+        from cache_runtime.tiers.redis_cluster import cluster_url_problem
+
+        if problem := cluster_url_problem(self.redis_url):
+            raise ValueError(f"redis_cluster: {problem}")
+        if self.serve.prefect_messaging == "redis":
+            raise ValueError(
+                'serve.prefect_messaging = "redis" needs a standalone Redis, not redis_cluster'
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -5,6 +5,8 @@ one tenant can be limited to `~<namespace>:<tenant>:*` and one tenant's keys can
 flushed alone.
 Every backend failure (connection refused, timeout, server restarting) is counted and answered
 as a miss or a refused put; redis-py reconnects on the next call, so the tier heals by itself.
+That holds from start-up on: a Redis Cluster that no node answers for yet is built later
+(`LazyRedisCluster`), so a serving process starts with a degraded cache, not a crash.
 
 Redis evicts on its own (`maxmemory-policy`): `pinned` entries are written without a TTL, which
 keeps them under the `volatile-*` policies; under `allkeys-*` nothing can be pinned in Redis,
@@ -21,6 +23,7 @@ from typing import Any
 import redis
 
 from cache_runtime.tiers.base import TierStats
+from cache_runtime.tiers.redis_cluster import LazyRedisCluster, cluster_url_problem
 
 # RedisClusterException is not a RedisError: a cluster client raises it once no node answers
 _ERRORS = (redis.RedisError, OSError, redis.exceptions.RedisClusterException)
@@ -38,6 +41,7 @@ def redis_client(
     tls_key_file: str | None = None,
     socket_timeout_s: float = 0.5,
     cluster: bool = False,
+    cluster_retry_s: float = 1.0,
 ) -> Any:
     """A client for the tier: short timeouts (a slow cache is a failing cache), ACL user and
     password, standalone or Redis Cluster, and TLS.
@@ -52,9 +56,18 @@ def redis_client(
     which is how a settings file's `redis_url` carries them; redis-py lets the query win over
     these arguments.
 
+    A cluster client is a `LazyRedisCluster`: when no node answers yet it is built again at
+    most every `cluster_retry_s` seconds, on use, and the tier counts each call meanwhile as
+    an error. A node that answers and refuses us (an untrusted certificate, a wrong password,
+    a node without cluster mode) raises here: that is a configuration mistake, not an outage.
+
     Raises:
-        ValueError: TLS files with a `unix://` URL, or only one of the client cert and key.
+        ValueError: TLS files with a `unix://` URL, only one of the client cert and key, or a
+            cluster URL that is `unix://` or names a database other than 0.
+        redis.exceptions.RedisClusterException: the cluster's nodes refused this client.
     """
+    if cluster and (problem := cluster_url_problem(url)):
+        raise ValueError(problem)
     if (tls_cert_file is None) != (tls_key_file is None):
         raise ValueError("tls_cert_file and tls_key_file go together (mutual TLS needs both)")
     options: dict[str, Any] = {
@@ -76,9 +89,7 @@ def redis_client(
         # Verification spelled out: redis-py before 6.0 did not check the host name by default
         options.update(ssl_cert_reqs="required", ssl_check_hostname=True)
     if cluster:
-        from redis.cluster import RedisCluster
-
-        return RedisCluster.from_url(url, **options)
+        return LazyRedisCluster(url, retry_s=cluster_retry_s, **options)
     return redis.Redis.from_url(url, health_check_interval=10, **options)
 
 
@@ -93,7 +104,8 @@ def _tls_url(url: str) -> str:
 
 
 class RedisTier:
-    """A tier in Redis under `namespace`; `client` is a redis-py client (standalone or cluster)."""
+    """A tier in Redis under `namespace`; `client` is a redis-py client (standalone or cluster:
+    a `RedisCluster` or a `LazyRedisCluster`)."""
 
     def __init__(
         self,
@@ -118,6 +130,9 @@ class RedisTier:
         self.name = name
         self.namespace = namespace
         self._client = client
+        # Standalone by type, not by a `connection_pool` attribute: asking a LazyRedisCluster
+        # for one would try to build the cluster (and raise while it is down)
+        self._standalone = isinstance(client, redis.Redis)
         self._stats = TierStats()
         self._stats_lock = threading.Lock()
         self._bulk_batch = bulk_batch
@@ -180,7 +195,7 @@ class RedisTier:
         with self._stats_lock:
             self._stats.puts += len(batch)
         stored, rest = 0, batch
-        if hasattr(self._client, "connection_pool"):  # standalone: MSETs for the TTL-less
+        if self._standalone:  # MSETs for the TTL-less
             plain = [(k, v) for k, v, ttl in batch if ttl is None]
             stored = self._mset_concurrently(plain) if plain else 0
             rest = [item for item in batch if item[2] is not None]

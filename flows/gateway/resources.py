@@ -57,10 +57,9 @@ def open_runner(config: GatewayConfig) -> Runner:
 
 
 def open_cache(config: GatewayConfig) -> HybridCache:
-    from cache_runtime.settings import Settings
-    from flows.warmup.execute import node_cache
+    from flows.warmup.execute import node_cache, node_settings
 
-    settings = Settings(data_dir=config.data_dir, redis_url=config.redis_url)
+    settings = node_settings(config.data_dir, config.redis_url)
     return node_cache(settings, config.memory_bytes, config.ssd_bytes, config.redis_namespace)
 
 

@@ -61,6 +61,18 @@ __all__ = [
 Embedder = Callable[[list[str]], np.ndarray]  # texts -> (n, dim) float32
 
 
+def node_settings(data_dir: str | Path, redis_url: str | None) -> Settings:
+    """Settings for a node cache described by plain values (a warm-up task's or a gateway's
+    spec): the data directory and Redis URL come from the spec, the rest (`redis_cluster`
+    included) from the environment and config file. A spec without a Redis URL has no Redis
+    tier, so a `PREHEAT_REDIS_CLUSTER` set for other processes does not apply to it."""
+    from cache_runtime.settings import Settings
+
+    if redis_url is None:
+        return Settings(data_dir=Path(data_dir), redis_url=None, redis_cluster=False)
+    return Settings(data_dir=Path(data_dir), redis_url=redis_url)
+
+
 def node_cache(
     settings: Settings,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
@@ -69,7 +81,8 @@ def node_cache(
 ) -> HybridCache:
     """The node's cache as this process sees it: memory (when `memory_bytes` > 0), the SSD tier
     under `<data_dir>/cache/ssd` (when `ssd_bytes` > 0) and, when `settings.redis_url` is set,
-    the shared Redis tier. Every put writes through to all of them.
+    the shared Redis tier (a Redis Cluster client when `settings.redis_cluster`). Every put
+    writes through to all of them.
 
     Write-through rather than routing each item to its planned tier: a warm-up run in its own
     process (a Prefect worker) cannot place anything in a serving process's memory, so what
@@ -89,7 +102,8 @@ def node_cache(
         half_life = tuned_half_life_s(decay_params_path(settings.data_dir))
         tiers.append(SSDTier(Path(settings.data_dir) / "cache" / "ssd", ssd_bytes, half_life))
     if settings.redis_url:
-        tiers.append(RedisTier(redis_client(settings.redis_url), namespace=redis_namespace))
+        client = redis_client(settings.redis_url, cluster=settings.redis_cluster)
+        tiers.append(RedisTier(client, namespace=redis_namespace))
     if not tiers:
         raise ValueError("no cache tier: give memory or SSD bytes, or a Redis URL")
     return HybridCache(tiers)

@@ -32,6 +32,7 @@ from flows.warmup.execute import (
     backend_target,
     execute_batch,
     node_cache,
+    node_settings,
     plan_id,
 )
 from flows.warmup.prepare import missing_sqlite_store
@@ -146,7 +147,7 @@ def shared_resources(spec: NodeResources) -> tuple[Any, Any]:
     seconds, and the memory tier is per process. Closed by `release_resources`."""
     with _OPENED_LOCK:
         if spec not in _OPENED:
-            settings = Settings(data_dir=Path(spec.data_dir), redis_url=spec.redis_url)
+            settings = node_settings(spec.data_dir, spec.redis_url)
             cache = node_cache(settings, spec.memory_bytes, spec.ssd_bytes)
             try:
                 _OPENED[spec] = (open_backend(spec.backend, spec.data_dir), cache)

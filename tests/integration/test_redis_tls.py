@@ -403,8 +403,8 @@ def test_mutual_tls_without_a_client_certificate_is_rejected(
 def test_settings_redis_url_carries_tls_to_the_node_cache(
     mtls_proxy: TlsProxy, pki: Pki, tmp_path: Path
 ) -> None:
-    """`Settings` has one Redis field, `redis_url`: TLS rides in its query (CA, client cert and
-    key) and reaches `redis_client` through `node_cache`, the warm-up's cache."""
+    """`Settings` carries TLS in `redis_url`'s query (CA, client cert and key), which reaches
+    `redis_client` through `node_cache`, the warm-up's cache."""
     from flows.warmup.execute import node_cache
 
     query = "&".join(
@@ -508,7 +508,7 @@ def test_cluster_announces_its_tls_proxies(tls_cluster: TlsCluster) -> None:
 def test_cluster_over_tls_round_trips(tls_cluster: TlsCluster, pki: Pki) -> None:
     tier = _cluster_tier(tls_cluster.url, pki.ca.cert_file, namespace="tlscluster")
     try:
-        client = tier._client
+        client = tier._client.client()  # the LazyRedisCluster's RedisCluster
         assert isinstance(client, RedisCluster)
         assert {n.port for n in client.get_nodes()} == {p.port for p in tls_cluster.proxies}
         assert all(
@@ -547,12 +547,40 @@ def test_cluster_over_tls_round_trips(tls_cluster: TlsCluster, pki: Pki) -> None
 def test_a_cluster_client_with_the_wrong_ca_is_refused_when_built(
     tls_cluster: TlsCluster, pki: Pki
 ) -> None:
-    """A cluster client reads the slot map when built, so a CA that does not sign the nodes'
-    certificates fails there, naming why; a standalone client would only fail on first use."""
+    """A cluster client tries to read the slot map when built, so a CA that does not sign the
+    nodes' certificates fails there, naming why: the nodes answered, and this is a
+    configuration mistake, not an outage (which would give a client that retries later); a
+    standalone client would only fail on first use."""
     with pytest.raises(RedisClusterException, match="CERTIFICATE_VERIFY_FAILED"):
         redis_client(tls_cluster.url, tls_ca_file=str(pki.other_ca.cert_file), cluster=True)
     proxy = tls_cluster.proxies[0]
     wait_until(lambda: any("UNKNOWN_CA" in str(err) for err in proxy.rejected))
+
+
+def test_settings_with_redis_cluster_give_the_node_cache_a_cluster_tier(
+    tls_cluster: TlsCluster, pki: Pki, tmp_path: Path
+) -> None:
+    """`redis_cluster` (`PREHEAT_REDIS_CLUSTER`) makes `node_cache`'s Redis tier a cluster
+    client: values land on every master, and each comes back through the cache."""
+    from flows.warmup.execute import node_cache
+
+    ca = quote(str(pki.ca.cert_file), safe="")
+    settings = Settings(
+        data_dir=tmp_path, redis_url=f"{tls_cluster.url}?ssl_ca_certs={ca}", redis_cluster=True
+    )
+    cache = node_cache(settings, memory_bytes=0, ssd_bytes=0, redis_namespace="settingscluster")
+    try:
+        (tier,) = cache.tiers
+        assert isinstance(tier, RedisTier)
+        spread = [key(f"settings{i}") for i in range(30)]
+        for i, k in enumerate(spread):
+            assert tier.put(k, f"v{i}".encode())
+        assert [tier.get(k) for k in spread] == [f"v{i}".encode() for i in range(30)]
+        assert tier.stats().errors == 0
+    finally:
+        cache.close()
+    held = _keys_by_node(tls_cluster, "settingscluster")
+    assert [len(keys) > 0 for keys in held] == [True] * 3 and sum(map(len, held)) == 30
 
 
 @pytest.fixture

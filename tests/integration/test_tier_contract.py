@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from helpers import wait_until
+from helpers import FakeClock, wait_until
+from redis.exceptions import RedisClusterException
 
 from cache_runtime.keys import ExactKey, PrefixKey
+from cache_runtime.services import RedisClusterServers
 from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, Tier, redis_client
+from cache_runtime.tiers.redis_tier import LazyRedisCluster
 
 pytestmark = pytest.mark.integration
 CAPACITY = 4 * 1024 * 1024
@@ -124,8 +127,6 @@ def test_redis_keys_are_namespaced_per_tenant(redis_url: str) -> None:
 def test_redis_cluster_keeps_each_prefix_chain_on_one_slot() -> None:
     from redis.cluster import RedisCluster
 
-    from cache_runtime.services import RedisClusterServers
-
     with RedisClusterServers(masters=3) as cluster:
         client = redis_client(cluster.url, cluster=True)
         assert len(client.get_primaries()) == 3
@@ -154,8 +155,60 @@ def test_redis_cluster_keeps_each_prefix_chain_on_one_slot() -> None:
             )
             == 50
         )
-        assert isinstance(client, RedisCluster) and tier.check() == []
+        assert isinstance(client.client(), RedisCluster) and tier.check() == []
         tier.close()
+
+
+def test_a_cluster_tier_made_before_its_cluster_is_up_degrades_then_heals() -> None:
+    """A serving process starts while no cluster node listens: its tier answers misses and
+    refused writes, counted, and tries to build the cluster client again only when
+    `retry_s` has passed (`clock`); once the cluster is up, the same tier round-trips."""
+    clock = FakeClock()
+    servers = RedisClusterServers(masters=3)  # its ports are chosen; nothing listens on them yet
+    lazy = LazyRedisCluster(
+        servers.url, retry_s=5.0, clock=clock, socket_timeout=0.5, socket_connect_timeout=0.5
+    )
+    tier = RedisTier(lazy, namespace="late")
+    # the path a settings-built tier takes, healing on the real clock
+    polled = RedisTier(redis_client(servers.url, cluster=True, cluster_retry_s=0.05), "polled")
+    try:
+        assert tier.get(key("q")) is None
+        assert not tier.put(key("q"), b"answer")
+        assert tier.put_many([(key("bulk"), b"v", None)]) == 0
+        assert tier.contains_many([key("q")]) == [False]
+        assert not tier.contains(key("q")) and not tier.delete(key("q"))
+        assert tier.stats().errors == 7  # the six calls and the stats' own SCAN
+        (problem,) = tier.check()
+        assert "redis cluster not connected" in problem and "Connection refused" in problem
+        servers.start()
+        assert tier.get(key("q")) is None  # up, but the next try is not due yet
+        assert tier.stats().errors == 9
+        clock.now += 5.0
+        assert tier.put(key("q"), b"answer") and tier.get(key("q")) == b"answer"
+        bulk = [(ExactKey.of("acme", "m", f"q{i}").to_string(), b"v", None) for i in range(50)]
+        assert (
+            tier.put_many(bulk) == 50 and tier.contains_many([k for k, _, _ in bulk]) == [True] * 50
+        )
+        assert tier.check() == [] and len(lazy.get_primaries()) == 3
+        assert tier.stats().errors == 9 and tier.stats().items == 51
+        wait_until(lambda: polled.put(key("p"), b"polled"))
+        assert polled.get(key("p")) == b"polled" and polled.check() == []
+    finally:
+        tier.close()
+        polled.close()
+        servers.stop()
+
+
+def test_a_cluster_client_that_a_node_refuses_or_a_bad_url_raises_when_built(
+    redis_url: str,
+) -> None:
+    """Configuration mistakes are not outages: they raise where the client is made."""
+    with pytest.raises(RedisClusterException, match="Cluster mode is not enabled"):
+        redis_client(redis_url, cluster=True)  # a standalone Redis: it answers, and refuses
+    with pytest.raises(ValueError, match="no unix sockets"):
+        redis_client("unix:///tmp/redis.sock", cluster=True)
+    with pytest.raises(ValueError, match="only database 0"):
+        redis_client(redis_url.rsplit("/", 1)[0] + "/3", cluster=True)
 
 
 def test_touch_renews_or_clears_the_ttl(tier: Tier) -> None:

@@ -81,3 +81,55 @@ def test_invalid_serve_settings_name_the_field(tmp_path: Path, toml: str, messag
     config.write_text(toml)
     with pytest.raises(ValidationError, match=message):
         load_settings(config)
+
+
+def test_redis_cluster_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_settings().redis_cluster is False
+    monkeypatch.setenv("PREHEAT_REDIS_URL", "redis://node-a:7000/0")
+    monkeypatch.setenv("PREHEAT_REDIS_CLUSTER", "1")
+    assert load_settings().redis_cluster is True
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("redis_cluster = true\n", "redis_cluster needs redis_url: a node to discover"),
+        (
+            'redis_cluster = true\nredis_url = "unix:///tmp/redis.sock"\n',
+            r"redis_cluster: a Redis Cluster needs a redis:// or rediss:// URL \(it has no unix",
+        ),
+        (
+            'redis_cluster = true\nredis_url = "redis://node-a:7000/2"\n',
+            "redis_cluster: a Redis Cluster has only database 0: drop the database from the URL",
+        ),
+        (
+            'redis_cluster = true\nredis_url = "redis://node-a:7000"\n'
+            '[serve]\nprefect_messaging = "redis"\n',
+            'serve.prefect_messaging = "redis" needs a standalone Redis, not redis_cluster',
+        ),
+    ],
+)
+def test_redis_cluster_combos_that_cannot_work(tmp_path: Path, toml: str, message: str) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(toml)
+    with pytest.raises(ValidationError, match=message) as raised:
+        load_settings(config)
+    (error,) = raised.value.errors()
+    assert "\n" not in error["msg"]
+
+
+def test_a_node_spec_without_redis_ignores_the_cluster_flag_of_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Warm-up tasks and gateways rebuild settings from their own spec: the environment's
+    cluster flag applies to a spec's Redis URL, and a spec without one has no Redis tier."""
+    from flows.warmup.execute import node_settings
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PREHEAT_REDIS_CLUSTER", "1")
+    without = node_settings(tmp_path, None)
+    assert (without.redis_url, without.redis_cluster) == (None, False)
+    with_url = node_settings(str(tmp_path), "redis://node-a:7000")
+    assert (with_url.redis_url, with_url.redis_cluster) == ("redis://node-a:7000", True)
+    assert with_url.data_dir == tmp_path
