@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import orjson
 
 from flows.bench.cache_bench import bench_cache
+from flows.bench.shared_data import add_shared_argument
 from flows.bench.traces import load_trace
 
 TRACES = (
@@ -27,9 +27,7 @@ TRACES = (
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--shared", type=Path, default=Path(__file__).parents[1] / ".." / "shared" / "data"
-    )
+    add_shared_argument(parser)
     parser.add_argument("--sizes", default="0.01,0.05,0.1,0.2")
     args = parser.parse_args()
     sizes = [float(s) for s in args.sizes.split(",")]

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import orjson
 
 from flows.bench.forecast_bench import bench_forecast
 from flows.bench.hotset_bench import bench_hotset
+from flows.bench.shared_data import add_shared_argument
 from flows.cli_forecast import quiet_training
 
 SERIES = (
@@ -56,9 +56,7 @@ def _hotset_summary(result: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--shared", type=Path, default=Path(__file__).parents[1] / ".." / "shared" / "data"
-    )
+    add_shared_argument(parser)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     quiet_training()

@@ -24,6 +24,7 @@ import numpy as np
 import orjson
 
 from flows.bench.forecast_bench import total_series
+from flows.bench.shared_data import add_shared_argument
 from flows.bench.traces import load_request_keys
 from flows.cli_forecast import quiet_training
 from models.heat.gan import GanConfig, train_gan
@@ -56,9 +57,7 @@ def series(shared: Path) -> dict[str, np.ndarray]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--shared", type=Path, default=Path(__file__).parents[1] / ".." / "shared" / "data"
-    )
+    add_shared_argument(parser)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import orjson
 
+from flows.bench.shared_data import add_shared_argument
+
 
 def pin_to_one_core() -> None:
     import pyarrow as pa
@@ -166,9 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--shared", type=Path, default=Path(__file__).parents[1] / ".." / "shared" / "data"
-    )
+    add_shared_argument(parser)
     args = parser.parse_args()
     pin_to_one_core()
     out: dict[str, object] = {"rows": args.rows, "cores": 1, "inputs": {}}

@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 from flows.bench.semantic_bench import bench_semantic
+from flows.bench.shared_data import add_shared_argument
 from models.templates.embeddings import Embedder
 from models.templates.pairs import (
     Pair,
@@ -72,9 +73,7 @@ def bucket_robustness(embedder: Embedder, pairs: list[Pair], threshold: float) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--shared", type=Path, default=Path(__file__).parents[1] / ".." / "shared" / "data"
-    )
+    add_shared_argument(parser)
     parser.add_argument("--pairs", type=int, default=4000)
     parser.add_argument("--guards-per-category", type=int, default=100)
     parser.add_argument("--target-fhr", type=float, default=0.01)

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import torch
 
+from flows.bench.shared_data import add_shared_argument
 from flows.bench.templates_bench import bench_templates
 from models.templates.embeddings import shared_embedder
 from models.templates.mining import MiningConfig
@@ -91,9 +92,7 @@ def _workload(shared: Path, n: int, seeds: list[int], folder: Path) -> dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--shared", type=Path, default=Path(__file__).parents[1] / ".." / "shared" / "data"
-    )
+    add_shared_argument(parser)
     parser.add_argument("--prompts", type=int, default=3_000)
     parser.add_argument("--seeds", default="0,1,2")
     args = parser.parse_args()
