@@ -20,9 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
 
 BLOCK_TOKENS = 512  # Mooncake's block
+TokenCount = TypeVar("TokenCount", float, np.ndarray)  # ms per count: one, or element-wise
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ class ReplayLatency:
     base_ms: float = 20.0
     source: str = "reference"
 
-    def prefill_ms(self, tokens: int) -> float:
+    def prefill_ms(self, tokens: TokenCount) -> TokenCount:
+        """A recompute of `tokens` prompt tokens (a count, or an array of counts)."""
         return self.prefill_ms_per_token * tokens
 
     def to_dict(self) -> dict[str, Any]:

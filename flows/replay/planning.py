@@ -127,7 +127,7 @@ def ranked(
     requested = 1 - demand.survival(cell, np.full(len(worth), demand.retention_s))
     cost_ms = worker.costs_ms(node, worth)  # (C,)
     saved_ms = np.maximum(
-        worker.latency.prefill_ms_per_token * worker.tokens[worth]
+        worker.latency.prefill_ms(worker.tokens[worth].astype(float))
         - worker.latency.load_ms_per_block.get(tier, 0.0),
         0.0,
     )

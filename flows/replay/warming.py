@@ -134,7 +134,7 @@ class WarmWorker:
     def costs_ms(self, node: Node, blocks: np.ndarray) -> np.ndarray:
         """(n,) modelled worker time of each of `blocks` (n,): a load from the shared tier where
         it holds the block, else a recompute of its prefill."""
-        prefill = self.latency.prefill_ms_per_token * self.tokens[blocks].astype(float)
+        prefill = self.latency.prefill_ms(self.tokens[blocks].astype(float))
         if "redis" not in node.tier_names:
             return prefill
         held = node.tier("redis").contains_many([self.keys[b] for b in blocks.tolist()])
