@@ -9,7 +9,10 @@
   ("update the source, invalidate, refill"); until the refill lands, lookups miss — a stale value
   is never served after `invalidate` returns. Copies that were in flight when it ran (a lookup
   about to promote, an eviction about to demote, an older refill) are dropped: each deletion
-  leaves a tombstone with its time, and a copy older than the tombstone is not written.
+  and each put leaves a fence with its time, and a copy of a value older than the key's fence
+  is not written (an old value never lands over a newer write or after a delete).
+- A put that a tier refuses, and every put for a tier outside `write_through`, deletes the key
+  there: an older copy left in any tier would be served once the faster tiers lose the new one.
 - A promoted value keeps the expiry it had in the tier it came from.
 - TTL per entry: fixed (expires `ttl_s` after the write) or renew-on-hit (each hit resets it).
 """
@@ -27,8 +30,9 @@ from cache_runtime.metrics import CacheMetrics
 from cache_runtime.tiers.base import Tier
 
 TtlMode = Literal["fixed", "renew"]
-_TOMBSTONE_LIMIT = 10_000
-_TOMBSTONE_TTL_NS = 60 * 1_000_000_000
+_FENCE_LIMIT = 10_000
+_FENCE_TTL_NS = 60 * 1_000_000_000
+_UNKNOWN = object()  # what a tier call that raised returns where None means something
 
 
 def key_kind(key: str) -> str:
@@ -62,7 +66,9 @@ class HybridCache:
         self.metrics = metrics or CacheMetrics()
         self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
         self._renew_lock = threading.Lock()
-        self._tombstones: dict[str, int] = {}  # key -> monotonic_ns of its last delete
+        # key -> monotonic_ns of its last put or delete: copies of older values are stale
+        self._fences: dict[str, int] = {}
+        self._refilling: dict[str, int] = {}  # key -> refills in flight (their fences are kept)
         # Re-entrant: a promotion into memory can evict there, and that eviction demotes below.
         self._copy_lock = threading.RLock()  # tombstone checks and the copies they guard
         self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
@@ -99,13 +105,17 @@ class HybridCache:
                 if renew is not None:
                     self._call(tier, "touch", tier.touch, text, renew)
                 if depth:
-                    ttl = (
-                        renew if renew is not None else self._call(tier, "ttl", tier.ttl_left, text)
-                    )
-                    self._promote(
-                        text, value, ttl, self.tiers[:depth], since_ns=started, parent=parent_text
-                    )
+                    ttl = renew
+                    if ttl is None:
+                        ttl = self._call(tier, "ttl", tier.ttl_left, text, on_error=_UNKNOWN)
+                    if ttl is not _UNKNOWN:  # an unknown expiry must not become "never"
+                        self._promote(
+                            text, value, ttl, self.tiers[:depth], since_ns=started,
+                            parent=parent_text,
+                        )  # fmt: skip
                 return value, tier.name
+        with self._renew_lock:  # gone from every tier: its renew-on-hit TTL goes too (a put
+            self._renew.pop(text, None)  # racing this miss then expires unrenewed: a miss)
         return None, None
 
     def _promote(
@@ -120,8 +130,8 @@ class HybridCache:
         if ttl is not None and ttl <= 0:
             return  # expired (or gone) meanwhile: nothing worth copying
         with self._copy_lock:
-            if self._tombstones.get(key, -1) >= since_ns:
-                return  # deleted while we were reading: do not resurrect it
+            if self._fences.get(key, -1) >= since_ns:
+                return  # written or deleted while we were reading: do not copy the old value
             for upper in uppers:
                 if self._call(upper, "put", upper.put, key, value, ttl_s=ttl, parent=parent):
                     self.metrics.promotions.labels(upper.name).inc()
@@ -147,36 +157,53 @@ class HybridCache:
             else:
                 self._renew.pop(text, None)
         kind = key_kind(text)
+        with self._copy_lock:  # copies of older values in flight are dropped from now on
+            self._fences[text] = time.monotonic_ns()
+            self._forget_old_fences()
         stored = False
         for tier in self.tiers:
-            if tier.name not in self.write_through:
+            if tier.name not in self.write_through:  # an older promoted or demoted copy
+                self._call(tier, "delete", tier.delete, text)
                 continue
             ok = self._call(
                 tier, "put", tier.put, text, value,
                 ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
             )  # fmt: skip
             self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
+            if not ok:  # the tier may still hold an older value: it must not serve it
+                self._call(tier, "delete", tier.delete, text)
             stored = stored or bool(ok)
         return stored
 
     def delete(self, key: CacheKey | str) -> bool:
         text = key if isinstance(key, str) else key.to_string()
+        return self._delete(text)[0]
+
+    def _delete(self, text: str) -> tuple[bool, int]:
+        """Delete everywhere; returns (whether a tier held it, the fence left).
+
+        Under the copy lock, fenced again after the last tier's delete: a lookup that began
+        after the first fence may have read the old value from a tier not deleted yet, and must
+        not promote it into a tier already cleared."""
         with self._renew_lock:
             self._renew.pop(text, None)
         with self._copy_lock:
-            self._tombstones[text] = time.monotonic_ns()
-            self._forget_old_tombstones()
-        results = [self._call(t, "delete", t.delete, text) for t in self.tiers]
-        return any(results)
+            self._fences[text] = time.monotonic_ns()
+            results = [self._call(t, "delete", t.delete, text) for t in self.tiers]
+            fence = self._fences[text] = time.monotonic_ns()
+            self._forget_old_fences()
+        return any(results), fence
 
-    def _forget_old_tombstones(self) -> None:
-        """Tombstones only need to outlive the copies in flight when they were made (a lookup or
-        an eviction: milliseconds); keep a minute's worth, bounded."""
-        if len(self._tombstones) <= _TOMBSTONE_LIMIT:
+    def _forget_old_fences(self) -> None:
+        """Fences only need to outlive the copies in flight when they were made (a lookup or
+        an eviction: milliseconds); keep a minute's worth, bounded, and those of keys with a
+        refill in flight (it compares the fence it started with)."""
+        if len(self._fences) <= _FENCE_LIMIT:
             return
-        horizon = time.monotonic_ns() - _TOMBSTONE_TTL_NS
-        for key in [k for k, t in self._tombstones.items() if t < horizon]:
-            del self._tombstones[key]
+        horizon = time.monotonic_ns() - _FENCE_TTL_NS
+        for key in [k for k, t in self._fences.items() if t < horizon]:
+            if key not in self._refilling:
+                del self._fences[key]
 
     def invalidate(
         self,
@@ -185,25 +212,34 @@ class HybridCache:
         **put_options: object,
     ) -> Future[bool] | None:
         """Remove `key` from every tier now; if `refill` is given, recompute and store it in the
-        background. Returns the refill's future (True when the new value was stored)."""
-        self.delete(key)
+        background. Returns the refill's future (True when the new value was stored; a put or
+        another invalidation of the key meanwhile supersedes it)."""
+        text = key if isinstance(key, str) else key.to_string()
+        with self._copy_lock:  # the fence and the refill's claim on it, together
+            _, mine = self._delete(text)
+            if refill is not None:
+                self._refilling[text] = self._refilling.get(text, 0) + 1
         if refill is None:
             return None
-        text = key if isinstance(key, str) else key.to_string()
-        with self._copy_lock:
-            mine = self._tombstones[text]
 
         def run() -> bool:
             try:
-                value = refill()
+                return store(refill())
             except Exception:
                 self.metrics.refills.labels("failed").inc()
                 return False
+            finally:
+                with self._copy_lock:
+                    left = self._refilling.pop(text) - 1
+                    if left:
+                        self._refilling[text] = left
+
+        def store(value: bytes | None) -> bool:
             if value is None:
                 self.metrics.refills.labels("empty").inc()
                 return False
             with self._copy_lock:
-                if self._tombstones.get(text) != mine:  # invalidated again since: superseded
+                if self._fences.get(text) != mine:  # written or invalidated since: superseded
                     self.metrics.refills.labels("superseded").inc()
                     return False
                 stored = self.put(key, value, **put_options)  # type: ignore[arg-type]
@@ -274,22 +310,29 @@ class HybridCache:
             if ttl_left_s is not None and ttl_left_s <= 0:
                 return
             with self._copy_lock:
-                tombstone = self._tombstones.get(key, -1)
-                if written_ns is not None and tombstone >= written_ns:
-                    return  # invalidated after this value was written: it is stale
+                fence = self._fences.get(key, -1)
+                if written_ns is not None and fence >= written_ns:
+                    return  # written again or deleted after this value was written: stale
                 if self._call(lower, "put", lower.put, key, value, ttl_s=ttl_left_s):
                     self.metrics.demotions.labels(lower.name).inc()
 
         return demote
 
     def _call(
-        self, tier: Tier, op: str, action: Callable[..., Any], *args: Any, **kwargs: Any
+        self,
+        tier: Tier,
+        op: str,
+        action: Callable[..., Any],
+        *args: Any,
+        on_error: Any = None,
+        **kwargs: Any,
     ) -> Any:
+        """`action(*args, **kwargs)`, or `on_error` if it raised (a miss, a refused write)."""
         started = time.perf_counter()
         try:
             return action(*args, **kwargs)
         except Exception:  # a tier must never fail the request: count, then carry on
             self.metrics.errors.labels(tier.name, op).inc()
-            return None
+            return on_error
         finally:
             self.metrics.latency.labels(tier.name, op).observe(time.perf_counter() - started)

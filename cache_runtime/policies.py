@@ -107,6 +107,7 @@ class LRUKPolicy(EvictionPolicy):
         self._history: dict[str, list[float]] = {}
         self._young: OrderedDict[str, None] = OrderedDict()  # seen < k times
         self._heap: list[tuple[float, int, str]] = []  # (k-th last access, tiebreak, key)
+        self._ticks: dict[str, int] = {}  # seen >= k times -> tiebreak of its live heap entry
         self._tick = 0
 
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
@@ -122,11 +123,22 @@ class LRUKPolicy(EvictionPolicy):
             return
         self._young.pop(key, None)
         self._tick += 1
+        self._ticks[key] = self._tick
         heapq.heappush(self._heap, (history[0], self._tick, key))
+        if len(self._heap) > 2 * len(self._ticks) + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the stale heap entries: every hit pushes one and only `victim` pops them, so a
+        tier that is not full would grow the heap without bound. The live entries are rebuilt
+        with their own ticks, so the order (and every later victim) is unchanged."""
+        self._heap = [(self._history[k][0], t, k) for k, t in self._ticks.items()]
+        heapq.heapify(self._heap)
 
     def on_remove(self, key: str) -> None:
         self._history.pop(key, None)
         self._young.pop(key, None)
+        self._ticks.pop(key, None)
 
     def victim(self, keep: Callable[[str], bool]) -> str | None:
         young = next((key for key in self._young if not keep(key)), None)
@@ -182,21 +194,30 @@ class HeatPolicy(EvictionPolicy):
             raise ValueError("priority_weight must be a finite number >= 0")
         self.rate = math.log(2) / half_life
         self.priority_weight = float(priority_weight)
-        self._state: dict[str, tuple[float, float, float]] = {}  # key -> (heat, last, score)
+        # key -> (heat, last access, score, tiebreak of its live heap entry)
+        self._state: dict[str, tuple[float, float, float, int]] = {}
         self._heap: list[tuple[float, int, str]] = []
         self._tick = 0
 
     def _set(self, key: str, heat: float, now: float) -> None:
         score = math.log(heat) + self.rate * now
-        self._state[key] = (heat, now, score)
         self._tick += 1
+        self._state[key] = (heat, now, score, self._tick)
         heapq.heappush(self._heap, (score, self._tick, key))
+        if len(self._heap) > 2 * len(self._state) + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop stale heap entries (they pile up on hits, see `LRUKPolicy._compact`); the live
+        ones keep their ticks, so the order is unchanged."""
+        self._heap = [(state[2], state[3], k) for k, state in self._state.items()]
+        heapq.heapify(self._heap)
 
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
         self._set(key, 1.0, now)
 
     def on_access(self, key: str, now: float) -> None:
-        heat, last, _ = self._state[key]
+        heat, last, _, _ = self._state[key]
         self._set(key, heat * math.exp(-self.rate * max(0.0, now - last)) + 1.0, now)
 
     def on_insert_priority(self, key: str, now: float, hint: str | None, priority: float) -> None:
@@ -205,7 +226,7 @@ class HeatPolicy(EvictionPolicy):
 
     def on_access_priority(self, key: str, now: float, priority: float) -> None:
         """`on_access` for a request of priority `priority` (1..10): adds (p / 10) ** w."""
-        heat, last, _ = self._state[key]
+        heat, last, _, _ = self._state[key]
         gain = (priority / 10) ** self.priority_weight
         self._set(key, heat * math.exp(-self.rate * max(0.0, now - last)) + gain, now)
 

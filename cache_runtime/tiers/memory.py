@@ -219,8 +219,7 @@ class MemoryTier:
     ) -> bool:
         self._stats.puts += 1
         if parent is not None and self._live(parent) is None:
-            self._stats.rejected += 1  # a page whose prefix is not cached is unusable
-            return False
+            return self._refuse(key)  # a page whose prefix is not cached is unusable
         # the clock is read only when something uses it (a TTL or a time-aware policy)
         now = self._clock() if ttl_s is not None or self._timed else 0.0
         expires = None if ttl_s is None else now + ttl_s
@@ -257,8 +256,7 @@ class MemoryTier:
         if self._bytes + needed > self.capacity_bytes:
             self._drain()
             if not self._make_room(needed, protect=(key, parent)):
-                self._stats.rejected += 1
-                return False
+                return self._refuse(key)
         entry.value, entry.expires_at, entry.pinned = value, expires, pinned
         entry.written_ns = time.monotonic_ns()
         self._bytes += needed
@@ -267,6 +265,15 @@ class MemoryTier:
         else:
             self._buffer_overwrite(key)
         return True
+
+    def _refuse(self, key: str) -> bool:
+        """A refused put. The key's older value, if cached, goes too (with the pages after it,
+        as on a delete): the caller wrote a newer one elsewhere, and this tier must not go on
+        serving the old one. Not demoted: a newer value exists."""
+        self._stats.rejected += 1
+        if key in self._entries:
+            self._remove_with_descendants(key)
+        return False
 
     def _buffer_overwrite(self, key: str) -> None:
         self._reads.append(key)

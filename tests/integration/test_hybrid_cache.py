@@ -274,3 +274,118 @@ def test_promoted_pages_stay_linked_to_their_prefix(tmp_path: Path) -> None:
     assert cache.get(chain[1], parent=chain[0]) == b"p" * 100  # served from the SSD...
     assert not memory.contains(chain[1])  # ...but not promoted without its parent
     ssd.close()
+
+
+class HookedTier(MemoryTier):
+    """A lower tier that calls `before_delete` before deleting and can be told that reading
+    its expiry fails: to interleave a lookup with a delete, or to break one call."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.before_delete: object = None
+        self.ttl_fails = False
+
+    def delete(self, key: str) -> bool:
+        if callable(self.before_delete):
+            self.before_delete(key)
+        return super().delete(key)
+
+    def ttl_left(self, key: str) -> float | None:
+        if self.ttl_fails:
+            raise ConnectionError("expiry read failed")
+        return super().ttl_left(key)
+
+
+def test_a_lookup_that_starts_during_invalidate_does_not_resurrect_the_old_value() -> None:
+    """The lookup starts after invalidate's first fence and reads the lower tier before that
+    tier's delete: its promotion into the already-cleared top tier must be dropped."""
+    top, low = MemoryTier(1000, name="top"), HookedTier(1000, name="low")
+    cache = HybridCache([top, low], write_through=["low"])
+    cache.put(k("price"), b"price=100")
+    seen: list[bytes | None] = []
+
+    def read_during_delete(_: str) -> None:
+        reader = threading.Thread(target=lambda: seen.append(cache.get(k("price"))))
+        reader.start()
+        reader.join(0.5)  # it reads the old value, then waits for the copy lock to promote
+
+    low.before_delete = read_during_delete
+    cache.invalidate(k("price"))
+    low.before_delete = None
+    assert wait_for(lambda: len(seen) == 1)
+    assert not top.contains(k("price").to_string())
+    assert cache.get(k("price")) is None
+
+
+def wait_for(condition: object, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_copy_in_flight_never_lands_over_a_newer_put() -> None:
+    """Promotion, demotion and refill of a value older than the key's last put are dropped."""
+    top, slow = MemoryTier(1000, name="top"), SlowTier(1000, name="slow")
+    cache = HybridCache([top, slow], write_through=["top", "slow"])
+    slow.put(k("p").to_string(), b"price=100")  # only below: memory lost it
+    reader = threading.Thread(target=cache.get, args=(k("p"),))
+    reader.start()
+    assert slow.reading.wait(10)  # holds price=100, about to promote it
+    slow.release.set()  # later reads go straight through
+    assert cache.put(k("p"), b"price=101")
+    reader.join(10)
+    assert cache.get(k("p")) == b"price=101"
+
+    written_before = time.monotonic_ns()
+    cache.put(k("q"), b"v2")
+    top.on_evict(k("q").to_string(), b"v1", None, written_before)  # an older eviction
+    assert slow.get(k("q").to_string()) == b"v2"
+
+    gate = threading.Event()
+    refill = cache.invalidate(k("r"), refill=lambda: gate.wait(10) and b"from source")
+    assert cache.put(k("r"), b"newer put")
+    gate.set()
+    assert refill.result(10) is False
+    assert cache.get(k("r")) == b"newer put"
+
+
+def test_a_refused_put_leaves_no_older_value_anywhere() -> None:
+    """A tier that refuses the new value drops its old one, and a put clears tiers outside
+    `write_through`, so an older copy is never served once the new one is gone from above."""
+    top, low = MemoryTier(1000, name="top"), MemoryTier(1000, name="low")
+    cache = HybridCache([top, low], write_through=["low"])
+    cache.put(k("limit"), b"limit=OK")
+    assert cache.get(k("limit")) == b"limit=OK"  # promoted into top
+    assert cache.put(k("limit"), b"limit=BREACHED")
+    assert not top.contains(k("limit").to_string())  # the promoted copy went with the put
+    assert cache.get(k("limit")) == b"limit=BREACHED"
+
+    small, big = MemoryTier(100, name="small"), MemoryTier(10_000, name="big")
+    cache = HybridCache([small, big])
+    assert cache.put(k("doc"), b"v1" * 20)
+    assert cache.put(k("doc"), b"v2" * 200)  # too big for `small`: refused there
+    assert not small.contains(k("doc").to_string())
+    assert small.stats().rejected == 1
+    assert cache.get(k("doc")) == b"v2" * 200
+
+
+def test_an_expiry_that_cannot_be_read_is_not_promoted_as_never() -> None:
+    top, low = MemoryTier(1000, name="top"), HookedTier(1000, name="low")
+    cache = HybridCache([top, low], write_through=["low"])
+    cache.put(k("quote"), b"quote=100", ttl_s=5)
+    low.ttl_fails = True
+    assert cache.get(k("quote")) == b"quote=100"
+    assert not top.contains(k("quote").to_string())  # not copied up without its expiry
+    assert cache.metrics.value("preheat_cache_errors_total", tier="low", op="ttl") == 1
+
+
+def test_a_renew_on_hit_ttl_is_forgotten_once_the_key_is_gone() -> None:
+    cache = HybridCache([MemoryTier(200)])
+    for i in range(50):  # each evicts the one before
+        cache.put(k(f"s{i}"), b"x" * 150, ttl_s=60, ttl_mode="renew")
+    for i in range(50):
+        cache.get(k(f"s{i}"))
+    assert len(cache._renew) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from helpers import FakeClock
 from hypothesis import given, settings
@@ -328,3 +330,64 @@ def test_buffered_tier_matches_the_eager_tier_through_deletes_ttls_and_bursts(
         assert set(buffered._entries) == set(eager._entries)
     assert buffered.stats().hits == eager.stats().hits
     assert buffered.check() == [] and eager.check() == []
+
+
+def test_a_refused_overwrite_drops_the_old_value() -> None:
+    """The caller wrote a newer value (other tiers took it): serving the old one from here
+    would be a wrong answer, so a refused put of a cached key removes it."""
+    tier = MemoryTier(300, policy="lru")
+    assert tier.put("pinned", b"p" * 150, pinned=True)
+    assert tier.put("limit", b"limit=OK")
+    assert not tier.put("limit", b"limit=BREACHED" + b"." * 200)  # no room: pinned blocks it
+    assert tier.get("limit") is None
+    assert tier.stats().rejected == 1 and tier.check() == []
+
+
+def test_a_refused_page_drops_its_older_copy_and_the_pages_after_it() -> None:
+    tier = MemoryTier(1000, policy="lru")
+    assert tier.put("root", b"r")
+    assert tier.put("page", b"old", parent="root")
+    assert tier.put("next", b"n", parent="page")
+    assert tier.delete("root") and not tier.contains("page")
+    assert tier.put("page", b"unlinked")  # cached again, without a parent
+    assert tier.put("next", b"n", parent="page")
+    assert not tier.put("page", b"new", parent="gone")  # its prefix is not cached: refused
+    assert not tier.contains("page") and not tier.contains("next")
+    assert tier.check() == []
+
+
+class _NoCompaction:
+    def _compact(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("policy_type", ["lru-k", "heat"])
+def test_heap_policies_stay_bounded_and_evict_as_without_compaction(policy_type: str) -> None:
+    """Every hit pushes a heap entry; compaction drops the stale ones (the heap stays within
+    twice the entries) and leaves every victim as it was."""
+    from cache_runtime.policies import HeatPolicy
+
+    base = LRUKPolicy if policy_type == "lru-k" else HeatPolicy
+    plain = type("Plain", (_NoCompaction, base), {})()
+    compacted = base()
+    rng = random.Random(7)
+    live: list[str] = []
+    for step in range(20_000):
+        now = float(step)
+        if len(live) < 50 or rng.random() < 0.02:
+            key = f"k{step}"
+            live.append(key)
+            for policy in (plain, compacted):
+                policy.on_insert(key, now)
+        elif rng.random() < 0.01:
+            victims = [policy.victim(lambda _: False) for policy in (plain, compacted)]
+            assert victims[0] == victims[1]
+            live.remove(victims[0])
+            for policy in (plain, compacted):
+                policy.on_remove(victims[0])
+        else:
+            key = rng.choice(live[:10]) if rng.random() < 0.8 else rng.choice(live)
+            for policy in (plain, compacted):
+                policy.on_access(key, now)
+        assert len(compacted._heap) <= 2 * len(live) + 65
+    assert len(plain._heap) > 10 * len(live)  # what compaction saves
