@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
@@ -67,7 +68,7 @@ class HybridCache:
         self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
         self._renew_lock = threading.Lock()
         # key -> monotonic_ns of its last put or delete: copies of older values are stale
-        self._fences: dict[str, int] = {}
+        self._fences: OrderedDict[str, int] = OrderedDict()  # oldest first
         self._refilling: dict[str, int] = {}  # key -> refills in flight (their fences are kept)
         # Re-entrant: a promotion into memory can evict there, and that eviction demotes below.
         self._copy_lock = threading.RLock()  # tombstone checks and the copies they guard
@@ -158,8 +159,7 @@ class HybridCache:
                 self._renew.pop(text, None)
         kind = key_kind(text)
         with self._copy_lock:  # copies of older values in flight are dropped from now on
-            self._fences[text] = time.monotonic_ns()
-            self._forget_old_fences()
+            self._fence(text)
         stored = False
         for tier in self.tiers:
             if tier.name not in self.write_through:  # an older promoted or demoted copy
@@ -188,22 +188,32 @@ class HybridCache:
         with self._renew_lock:
             self._renew.pop(text, None)
         with self._copy_lock:
-            self._fences[text] = time.monotonic_ns()
+            self._fence(text)
             results = [self._call(t, "delete", t.delete, text) for t in self.tiers]
-            fence = self._fences[text] = time.monotonic_ns()
-            self._forget_old_fences()
+            fence = self._fence(text)
         return any(results), fence
 
-    def _forget_old_fences(self) -> None:
-        """Fences only need to outlive the copies in flight when they were made (a lookup or
-        an eviction: milliseconds); keep a minute's worth, bounded, and those of keys with a
-        refill in flight (it compares the fence it started with)."""
-        if len(self._fences) <= _FENCE_LIMIT:
-            return
-        horizon = time.monotonic_ns() - _FENCE_TTL_NS
-        for key in [k for k, t in self._fences.items() if t < horizon]:
-            if key not in self._refilling:
-                del self._fences[key]
+    def _fence(self, key: str) -> int:
+        """Fence `key` now (copy lock held) and forget fences nothing can need any more.
+
+        A fence only has to outlive the copies in flight when it was set (a lookup or an
+        eviction: milliseconds); a minute's worth is kept, and at least the newest
+        `_FENCE_LIMIT`. Pruning takes the oldest first, so it costs what it removes. A key with
+        a refill in flight keeps its fence (the refill compares the one it started with)."""
+        now = self._fences[key] = time.monotonic_ns()
+        self._fences.move_to_end(key)
+        horizon = now - _FENCE_TTL_NS
+        held = 0
+        while len(self._fences) - held > _FENCE_LIMIT:
+            oldest, stamped = next(iter(self._fences.items()))
+            if stamped >= horizon:
+                break
+            if oldest in self._refilling:
+                self._fences.move_to_end(oldest)
+                held += 1
+                continue
+            del self._fences[oldest]
+        return now
 
     def invalidate(
         self,

@@ -389,3 +389,22 @@ def test_a_renew_on_hit_ttl_is_forgotten_once_the_key_is_gone() -> None:
     for i in range(50):
         cache.get(k(f"s{i}"))
     assert len(cache._renew) == 1
+
+
+def test_fences_are_bounded_but_a_pending_refill_keeps_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import cache_runtime.hybrid as hybrid
+
+    monkeypatch.setattr(hybrid, "_FENCE_LIMIT", 100)
+    monkeypatch.setattr(hybrid, "_FENCE_TTL_NS", 0)  # every fence is old at once
+    cache = HybridCache([MemoryTier(100_000)])
+    gate = threading.Event()
+    refill = cache.invalidate(k("pending"), refill=lambda: gate.wait(10) and b"fresh")
+    for i in range(1000):
+        cache.put(k(f"q{i}"), b"v")
+    assert len(cache._fences) <= 101
+    assert k("pending").to_string() in cache._fences
+    gate.set()
+    assert refill.result(10) is True  # not mistaken for superseded
+    assert cache.get(k("pending")) == b"fresh"
