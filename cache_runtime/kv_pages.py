@@ -10,6 +10,13 @@ after all the pages before it.
 pages (copy them to the GPU, start attention) before the last arrive; `load_prefix` assembles
 the longest cached prefix into a transformers `DynamicCache`. torch and transformers are imported
 lazily: the rest of the cache runtime does not need them.
+
+A page is only ever a whole one: `store_prefix` stores the pages its KV cache covers in full, and
+a fetched page that is not exactly `PAGE_TOKENS` tokens of the same layers and dtype as the first
+(an undecodable, truncated or foreign value) ends the prefix there: counted in the cache's
+`preheat_cache_errors{op="kv_page"}` and deleted, so the next prefill stores it whole again. A
+DynamicCache built from it would claim positions it does not hold, and the model would attend
+with misaligned positions: wrong logits, silently.
 """
 
 from __future__ import annotations
@@ -54,11 +61,53 @@ def encode_page(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> bytes:
 
 
 def decode_page(data: bytes) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The layers of a page, each (keys, values) shaped (1, heads, PAGE_TOKENS, head_dim).
+
+    Raises:
+        ValueError: `data` is not a whole page: not safetensors, a layer missing or with keys
+            or values of another shape, dtype or token count (`page_problem`).
+    """
     from safetensors.torch import load
 
-    tensors = load(data)
+    try:
+        tensors = load(data)
+    except Exception as err:  # SafetensorError, or torch refusing a tensor: bytes, not a page
+        raise ValueError(f"not a KV page: {err}") from err
     count = len(tensors) // 2
-    return [(tensors[f"layer{i}.keys"], tensors[f"layer{i}.values"]) for i in range(count)]
+    names = {f"layer{i}.{part}" for i in range(count) for part in ("keys", "values")}
+    if not count or set(tensors) != names:
+        raise ValueError(f"not a KV page: tensors {sorted(tensors)[:4]}...")
+    layers = [(tensors[f"layer{i}.keys"], tensors[f"layer{i}.values"]) for i in range(count)]
+    problem = page_problem(layers)
+    if problem:
+        raise ValueError(problem)
+    return layers
+
+
+def page_problem(
+    layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    like: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> str | None:
+    """Why `layers` is not a whole page (of the same model as page `like`), or None.
+
+    Whole: every keys and values tensor (1, heads, PAGE_TOKENS, head_dim), one dtype and,
+    given `like`, its layer count, dtype and per-layer shapes. Concatenated with the pages
+    around it, any other page would shift every position after it.
+    """
+    if like is not None and len(layers) != len(like):
+        return f"{len(layers)} layers, the first page has {len(like)}"
+    dtype = layers[0][0].dtype if like is None else like[0][0].dtype
+    for i, (keys, values) in enumerate(layers):
+        for tensor in (keys, values):
+            if tensor.dim() != 4 or tensor.shape[0] != 1 or tensor.shape[2] != PAGE_TOKENS:
+                return f"layer {i}: shape {tuple(tensor.shape)}, not (1, heads, {PAGE_TOKENS}, d)"
+            if tensor.dtype != dtype:
+                return f"layer {i}: dtype {tensor.dtype}, not {dtype}"
+        if values.shape != keys.shape:
+            return f"layer {i}: values {tuple(values.shape)} != keys {tuple(keys.shape)}"
+        if like is not None and keys.shape != like[i][0].shape:
+            return f"layer {i}: shape {tuple(keys.shape)}, first page {tuple(like[i][0].shape)}"
+    return None
 
 
 def store_prefix(
@@ -70,7 +119,11 @@ def store_prefix(
     turn: int | None = None,
     **put_options: Any,
 ) -> int:
-    """Store the full pages of `tokens` from a transformers cache holding at least their KV.
+    """Store the full pages of `tokens` from a transformers cache holding their KV.
+
+    Only the pages `kv_cache` covers in full are stored: after `generate()` a cache holds one
+    token fewer than prompt and output (the last token's KV is never computed), and a page
+    sliced past its end would be stored short under the key of a whole one.
 
     `turn`: the request's turn in its conversation, when the application knows it. From the
     second turn on, a conversation is live and its next turn reads these pages again, so they
@@ -84,7 +137,7 @@ def store_prefix(
     stored = 0
     parent = None
     keys = page_keys(tenant, model_id, tokens)
-    for index, key in enumerate(keys):
+    for index, key in enumerate(keys[: covered_pages(kv_cache)]):
         start, end = index * PAGE_TOKENS, (index + 1) * PAGE_TOKENS
         # (1, heads, seq, head_dim) -> (1, heads, PAGE_TOKENS, head_dim) per layer
         layers = [
@@ -99,17 +152,41 @@ def store_prefix(
     return stored
 
 
+def covered_pages(kv_cache: Any) -> int:
+    """Whole pages a transformers cache holds: its shortest layer's tokens // PAGE_TOKENS."""
+    return min((_seq_length(layer) for layer in kv_cache.layers), default=0) // PAGE_TOKENS
+
+
+def _seq_length(layer: Any) -> int:
+    """Tokens held by one layer of a transformers cache (0 before its first update)."""
+    keys = getattr(layer, "keys", None)
+    return 0 if keys is None or keys.dim() < 3 else int(keys.shape[-2])
+
+
 def stream_prefix(
     cache: HybridCache, tenant: str, model_id: str, tokens: Sequence[int]
 ) -> Iterator[KVPage]:
     """Cached pages of `tokens` in order, each yielded as soon as it is fetched; ends at the
-    first page not cached."""
+    first page not cached, or not whole (see the module's docstring): that one is counted in
+    `cache.metrics.errors` under the tier that served it, op "kv_page", and treated as a miss."""
     parent = None
+    first: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     for key in page_keys(tenant, model_id, tokens):
-        data = cache.get(key, parent=parent)  # a promoted page stays linked to its prefix
+        # a promoted page stays linked to its prefix
+        data, tier = cache.get_with_tier(key, parent=parent)
         if data is None:
             return
-        yield KVPage(key, decode_page(data))
+        try:
+            layers = decode_page(data)
+            problem = None if first is None else page_problem(layers, like=first)
+        except ValueError as err:
+            problem = str(err)
+        if problem is not None:
+            cache.metrics.errors.labels(tier, "kv_page").inc()
+            cache.delete(key)  # so the next prefill of this prefix stores it whole again
+            return
+        first = first or layers
+        yield KVPage(key, layers)
         parent = key
 
 
@@ -129,4 +206,5 @@ def load_prefix(
         keys = torch.cat([page.layers[layer][0] for page in pages], dim=2)
         values = torch.cat([page.layers[layer][1] for page in pages], dim=2)
         per_layer.append((keys, values))
-    return DynamicCache(ddp_cache_data=per_layer, config=config), len(pages) * PAGE_TOKENS
+    # the tokens the cache holds, which `stream_prefix` made len(pages) * PAGE_TOKENS
+    return DynamicCache(ddp_cache_data=per_layer, config=config), int(per_layer[0][0].shape[2])

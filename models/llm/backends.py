@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import httpx
 
 from cache_runtime.keys import ExactKey
-from cache_runtime.kv_pages import PAGE_TOKENS, encode_page, load_prefix, page_keys
+from cache_runtime.kv_pages import (
+    PAGE_TOKENS,
+    covered_pages,
+    encode_page,
+    load_prefix,
+    page_keys,
+)
 from cache_runtime.policies import Hint
 
 if TYPE_CHECKING:
@@ -137,7 +143,7 @@ def _store_new_pages(cache: HybridCache, keys: Sequence[Any], kv: Any, first: in
     """Pages `first..` of a prompt, each with its parent: `store_prefix` from page `first` on
     (it always starts at page 0, and rewriting cached pages would cost a copy per page)."""
     stored = 0
-    for index in range(first, len(keys)):
+    for index in range(first, min(len(keys), covered_pages(kv))):  # whole pages only
         start, end = index * PAGE_TOKENS, (index + 1) * PAGE_TOKENS
         # (1, heads, seq, head_dim) -> (1, heads, PAGE_TOKENS, head_dim) per layer
         layers = [(lay.keys[:, :, start:end], lay.values[:, :, start:end]) for lay in kv.layers]

@@ -98,3 +98,63 @@ def test_a_follow_up_turns_pages_go_in_as_a_live_conversation(model_and_tokens) 
         assert keys[-1] not in reused_side
     with pytest.raises(ValueError, match="turn"):
         store_prefix(HybridCache([MemoryTier(1024)]), "acme", "tiny-gpt2", tokens, kv, turn=-1)
+
+
+def test_a_kv_cache_shorter_than_the_tokens_stores_only_its_full_pages(model_and_tokens) -> None:
+    """Regression: after generate() the cache holds one token fewer than prompt and output;
+    the page past its end was stored short, under the key of a whole one, and load_prefix
+    then claimed 16 tokens it did not hold (continuing from it gave wrong logits)."""
+    model, tokens = model_and_tokens
+    cache = HybridCache([MemoryTier(64 * 1024 * 1024)])
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([tokens[:40]]),
+            max_new_tokens=8,
+            do_sample=False,
+            return_dict_in_generate=True,
+            pad_token_id=0,
+        )
+        sequence = out.sequences[0].tolist()
+        assert len(sequence) == 48 and out.past_key_values.get_seq_length() == 47
+        assert store_prefix(cache, "acme", "tiny-gpt2", sequence, out.past_key_values) == 2
+        assert [
+            p.layers[0][0].shape[2] for p in stream_prefix(cache, "acme", "tiny-gpt2", sequence)
+        ] == [PAGE_TOKENS] * 2
+        restored, cached = load_prefix(cache, "acme", "tiny-gpt2", sequence, model.config)
+        assert cached == 32 and restored.get_seq_length() == 32
+        ids = torch.tensor([sequence])
+        full = model(ids, use_cache=True)
+        continued = model(ids[:, cached:], cache=restored, use_cache=True)
+    torch.testing.assert_close(continued.logits, full.logits[:, cached:], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("damage", ["short", "float16", "one_layer", "not_safetensors"])
+def test_a_page_that_is_not_whole_ends_the_prefix_and_is_counted(
+    model_and_tokens, damage: str
+) -> None:
+    """A cached page that is short, of another dtype or layer count than the first page, or
+    not a page at all is a miss from there on, counted and deleted; it is never concatenated."""
+    model, tokens = model_and_tokens
+    cache = HybridCache([MemoryTier(64 * 1024 * 1024)])
+    with torch.no_grad():
+        kv = model(torch.tensor([tokens]), use_cache=True).past_key_values
+    assert store_prefix(cache, "acme", "tiny-gpt2", tokens, kv) == 4
+    keys = page_keys("acme", "tiny-gpt2", tokens)
+    whole = [(layer.keys[:, :, 32:48], layer.values[:, :, 32:48]) for layer in kv.layers]
+    bad = {
+        "short": lambda: encode_page([(k[:, :, :15], v[:, :, :15]) for k, v in whole]),
+        "float16": lambda: encode_page([(k.half(), v.half()) for k, v in whole]),
+        "one_layer": lambda: encode_page(whole[:1]),
+        "not_safetensors": lambda: b"\x08\x00\x00\x00\x00\x00\x00\x00garbage!",
+    }[damage]()
+    assert cache.put(keys[2], bad, parent=keys[1])
+    restored, cached = load_prefix(cache, "acme", "tiny-gpt2", tokens, model.config)
+    assert cached == 32 and restored.get_seq_length() == 32
+    errors = cache.metrics.value("preheat_cache_errors_total", tier="memory", op="kv_page")
+    assert errors == 1
+    # deleted (with the page after it), so the next prefill can store it whole again
+    assert cache.longest_prefix(keys) == 2
+    assert [p.key.depth for p in stream_prefix(cache, "acme", "tiny-gpt2", tokens)] == [0, 1]
+    if damage in ("short", "not_safetensors"):  # wrong on its own, not only beside page 0
+        with pytest.raises(ValueError):
+            decode_page(bad)

@@ -91,3 +91,53 @@ def test_the_bench_on_a_configured_redis_deletes_only_its_own_keys(
     assert admin.get("someone-elses") == b"keep"
     assert not list(admin.scan_iter(match="bench:*"))
     admin.delete("someone-elses")
+
+
+def test_a_key_given_twice_in_one_batch_keeps_its_last_entry(redis_url: str) -> None:
+    """Regression: the TTL-less entries went out (MSET) before those with a TTL (pipeline), so
+    an older entry with a TTL overwrote a newer one without; and the slices of two bulk
+    connections, racing, could each write one key. Now the last entry of a key is its only
+    write, whatever the mix, and the key is counted once."""
+    tier = RedisTier(redis_client(redis_url), namespace="dedup", bulk_batch=100)
+    rating = key("What is ACME's credit rating?")
+    stored = tier.put_many([(rating, b"AA (old)", 3600.0), (rating, b"B (downgraded)", None)])
+    assert tier.get(rating) == b"B (downgraded)" and tier.ttl_left(rating) is None
+    assert stored == 1
+    assert tier.put_many([(rating, b"B", None), (rating, b"CCC (today)", 60.0)]) == 1
+    assert tier.get(rating) == b"CCC (today)" and 0 < (tier.ttl_left(rating) or 0) <= 60
+    assert tier.stats().puts == 4
+    tier.close()
+
+    # every key in both halves of the batch: without deduplication each connection's slice
+    # would hold one of its two writes
+    tier = RedisTier(redis_client(redis_url), "dedup2", bulk_batch=100, bulk_connections=2)
+    names = [key(f"d{i}") for i in range(1000)]
+    items = [(name, b"old", None) for name in names] + [(name, b"new", None) for name in names]
+    stored = tier.put_many(items)
+    assert {tier.get(name) for name in names} == {b"new"}
+    assert stored == 1000
+    tier.close()
+
+
+def test_a_refused_set_in_a_pipeline_loses_only_its_own_key(
+    redis_url: str, admin: redis.Redis
+) -> None:
+    """Regression: the pipeline of entries with a TTL raised on its first refused SET, and
+    `put_many` reported nothing stored although the others were. Each refusal is an error."""
+    admin.execute_command(
+        "ACL", "SETUSER", "ttl-acme", "on", ">s3cret", "~ttlacl:acme:*", "+@all", "-@dangerous"
+    )
+    try:
+        tier = RedisTier(
+            redis_client(redis_url, username="ttl-acme", password="s3cret"), namespace="ttlacl"
+        )
+        items = [(key(f"a{i}"), b"ok", 60.0) for i in range(3)]
+        items += [(key(f"g{i}", "globex"), b"forged", 60.0) for i in range(2)]
+        items += [(key("a3"), b"ok", None)]  # an MSET beside the pipeline
+        assert tier.put_many(items) == 4
+        assert tier.stats().errors == 2
+        assert [tier.get(key(f"a{i}")) for i in range(4)] == [b"ok"] * 4
+        assert admin.exists(tier.redis_key(key("g0", "globex"))) == 0
+        tier.close()
+    finally:
+        admin.execute_command("ACL", "DELUSER", "ttl-acme")
