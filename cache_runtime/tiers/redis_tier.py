@@ -133,6 +133,11 @@ class RedisTier:
         # Standalone by type, not by a `connection_pool` attribute: asking a LazyRedisCluster
         # for one would try to build the cluster (and raise while it is down)
         self._standalone = isinstance(client, redis.Redis)
+        # Keys whose delete failed (Redis unreachable during an invalidation): each reads as
+        # absent here, and is deleted again on access, until a delete gets through. Otherwise
+        # the old value would be served once Redis is back. This process's view only: another
+        # process that shares the Redis learns of the invalidation its own way.
+        self._undeleted: set[str] = set()
         self._stats = TierStats()
         self._stats_lock = threading.Lock()
         self._bulk_batch = bulk_batch
@@ -160,6 +165,9 @@ class RedisTier:
         return f"{self.namespace}:{parts[3]}:{key}"
 
     def get(self, key: str) -> bytes | None:
+        if self._undeleted and self._still_undeleted(key):
+            self._stats.misses += 1
+            return None
         try:
             value = self._client.get(self.redis_key(key))
         except _ERRORS:
@@ -203,6 +211,8 @@ class RedisTier:
         batch = list(items)
         with self._stats_lock:
             self._stats.puts += len(batch)
+        if self._undeleted:  # a key still holding an invalidated value is not written over
+            batch = [item for item in batch if not self._still_undeleted(item[0])]
         if not self._standalone:
             stored, rest = 0, list({item[0]: item for item in batch}.values())
         else:  # MSETs for the TTL-less
@@ -333,12 +343,24 @@ class RedisTier:
 
     def delete(self, key: str) -> bool:
         try:
-            return bool(self._client.delete(self.redis_key(key)))
+            deleted = bool(self._client.delete(self.redis_key(key)))
         except _ERRORS:
             self._count_error()
+            self._undeleted.add(key)
             return False
+        self._undeleted.discard(key)
+        return deleted
+
+    def _still_undeleted(self, key: str) -> bool:
+        """Whether `key` still waits for its failed delete (tried again now)."""
+        if key not in self._undeleted:
+            return False
+        self.delete(key)
+        return key in self._undeleted
 
     def ttl_left(self, key: str) -> float | None:
+        if self._undeleted and self._still_undeleted(key):
+            return 0.0
         try:
             millis = self._client.pttl(self.redis_key(key))
         except _ERRORS:
@@ -349,6 +371,8 @@ class RedisTier:
         return max(0.0, millis / 1000) if millis >= 0 else 0.0  # -2: absent
 
     def touch(self, key: str, ttl_s: float | None) -> bool:
+        if self._undeleted and self._still_undeleted(key):
+            return False
         try:
             if ttl_s is None:
                 return bool(self._client.persist(self.redis_key(key))) or self.contains(key)
@@ -358,6 +382,8 @@ class RedisTier:
             return False
 
     def contains(self, key: str) -> bool:
+        if self._undeleted and self._still_undeleted(key):
+            return False
         try:
             return bool(self._client.exists(self.redis_key(key)))
         except _ERRORS:
@@ -367,6 +393,12 @@ class RedisTier:
     def contains_many(self, keys: list[str]) -> list[bool]:
         """Whether each of `keys` is held: pipelined EXISTS, `bulk_batch` keys per round trip
         (a warm-up planner asks about thousands at once). All False on an error, counted."""
+        if self._undeleted:
+            pending = [self._still_undeleted(key) for key in keys]
+            return [h and not p for h, p in zip(self._contains_many(keys), pending, strict=True)]
+        return self._contains_many(keys)
+
+    def _contains_many(self, keys: list[str]) -> list[bool]:
         held: list[bool] = []
         try:
             for start in range(0, len(keys), self._bulk_batch):

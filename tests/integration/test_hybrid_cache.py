@@ -408,3 +408,26 @@ def test_fences_are_bounded_but_a_pending_refill_keeps_its_own(
     gate.set()
     assert refill.result(10) is True  # not mistaken for superseded
     assert cache.get(k("pending")) == b"fresh"
+
+
+def test_an_invalidation_that_redis_could_not_apply_is_not_served_later(redis_url: str) -> None:
+    """Redis refuses writes for a moment (`CLIENT PAUSE ... WRITE`: reads still work) while a
+    key is invalidated: the delete fails there, and the old value must stay unserved until a
+    later delete gets through, not come back as a hit."""
+    admin = redis_client(redis_url, socket_timeout_s=5)
+    tier = RedisTier(redis_client(redis_url, socket_timeout_s=0.2), namespace="paused")
+    cache = HybridCache([MemoryTier(10_000), tier])
+    key = k("nav")
+    assert cache.put(key, b"NAV=101.2 (yesterday)")
+    admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+    try:
+        cache.invalidate(key)
+        assert tier.stats().errors >= 1
+        assert admin.get(tier.redis_key(key.to_string())) == b"NAV=101.2 (yesterday)"
+        assert cache.get(key) is None  # still there in Redis, never served
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+    assert cache.get(key) is None  # the delete went through on this access
+    assert admin.get(tier.redis_key(key.to_string())) is None
+    assert cache.put(key, b"NAV=99.7 (today)")
+    assert cache.get(key) == b"NAV=99.7 (today)"
