@@ -5,6 +5,18 @@ atomic and safe across processes; its own eviction is off). Each value is stored
 16-byte BLAKE2b checksum, verified on every read: a truncated or bit-flipped value is dropped and
 counted, never served.
 
+Data and index are two stores, so no write reaches both at once. Each record carries a random
+write id that its index row carries too, and a value is served only when its row is present,
+unexpired and names the same write. A process that dies between the two writes leaves a record
+no row vouches for, and a get that reads one write's record and the next write's row sees two
+ids: both are misses, never a value without its TTL or outside the byte budget. Every change to
+a key (put, delete, eviction, expiry, clearing such leftovers) holds the index's write lock
+(BEGIN IMMEDIATE) across both stores, so under that lock they agree except after a crash. A get
+reads without the lock and takes it only when what it read disagrees, or has expired, to look
+again before it drops anything: the other side may be a write that just committed. The expiry
+lives in the row alone: `touch` renews it without rewriting the value, and the write id already
+ties the record to its row.
+
 Admission and eviction use heat (`cache_runtime.heat`): every get, hit or miss, bumps the
 key's decayed frequency, so a key that keeps missing earns its way in. When the tier is full a
 new value is admitted only if it is hotter than the coldest unpinned entries it would displace
@@ -16,7 +28,9 @@ sketch reset); otherwise the put is refused. Rejected alternatives: diskcache's 
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -28,11 +42,34 @@ from cache_runtime.heat import DEFAULT_HALF_LIFE_S, bump, decay_rate, score
 from cache_runtime.tiers.base import EvictionCallback, TierStats
 
 _CHECKSUM_BYTES = 16
+_WRITE_ID = struct.Struct(">q")  # after the checksum, which covers it
+_HEADER_BYTES = _CHECKSUM_BYTES + _WRITE_ID.size
 _GHOST_LIMIT = 100_000  # keys remembered (heat only) after a miss or an eviction
 
 
-def _checksum(value: bytes) -> bytes:
-    return hashlib.blake2b(value, digest_size=_CHECKSUM_BYTES).digest()
+def _checksum(body: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(body, digest_size=_CHECKSUM_BYTES).digest()
+
+
+def _new_write_id() -> int:
+    """Random, not a counter: processes write unsynchronised ids, and a collision (2**-63) is
+    the only way a record could pass for another write's."""
+    return _WRITE_ID.unpack(os.urandom(_WRITE_ID.size))[0]
+
+
+def _pack(write_id: int, value: bytes) -> bytes:
+    body = _WRITE_ID.pack(write_id) + value
+    return _checksum(body) + body
+
+
+def _unpack(stored: object) -> tuple[int, bytes] | None:
+    """(write id, value) of an intact record; None when it is not one (torn, bit-flipped, or
+    written by a version without write ids)."""
+    if not isinstance(stored, bytes) or len(stored) < _HEADER_BYTES:
+        return None
+    if _checksum(memoryview(stored)[_CHECKSUM_BYTES:]) != stored[:_CHECKSUM_BYTES]:
+        return None
+    return _WRITE_ID.unpack_from(stored, _CHECKSUM_BYTES)[0], stored[_HEADER_BYTES:]
 
 
 class SSDTier:
@@ -62,14 +99,19 @@ class SSDTier:
         self._stats = TierStats(capacity_bytes=capacity_bytes)
         self._stats_lock = threading.Lock()
         self.on_evict: EvictionCallback | None = None
-        with self._db() as db:
-            db.execute("PRAGMA journal_mode=WAL")
+        db = self._db()
+        db.execute("PRAGMA journal_mode=WAL")
+        with db:
+            db.execute("BEGIN IMMEDIATE")  # processes opening one directory at once
             db.execute(
                 "CREATE TABLE IF NOT EXISTS heat (key TEXT PRIMARY KEY, heat REAL NOT NULL,"
                 " last REAL NOT NULL, score REAL NOT NULL, size INTEGER NOT NULL,"
                 " present INTEGER NOT NULL, pinned INTEGER NOT NULL DEFAULT 0,"
-                " expires REAL)"
+                " expires REAL, wid INTEGER)"
             )
+            columns = {row[1] for row in db.execute("PRAGMA table_info(heat)")}
+            if "wid" not in columns:  # an index from before write ids: its records all miss
+                db.execute("ALTER TABLE heat ADD COLUMN wid INTEGER")
             db.execute("CREATE INDEX IF NOT EXISTS heat_rank ON heat (present, pinned, score)")
 
     def _db(self) -> sqlite3.Connection:
@@ -88,20 +130,29 @@ class SSDTier:
     # -- protocol ----------------------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
+        """Lock-free when data and row agree (the common hit and miss): record first, then row,
+        and serve only a record of the row's write, so a write landing between the two reads
+        costs a second look under the lock, never a wrong answer."""
         try:
             now = self._clock()
             stored = self._data.get(key, default=None, retry=True)
             db = self._db()
-            with db:
-                row = db.execute(
-                    "SELECT heat, last, expires FROM heat WHERE key = ?", (key,)
-                ).fetchone()
-                if row is not None and row[2] is not None and now >= row[2]:
-                    self._drop(db, key)
+            row = db.execute(
+                "SELECT heat, last, expires, present, wid FROM heat WHERE key = ?", (key,)
+            ).fetchone()
+            live = row is not None and row[3] and (row[2] is None or now < row[2])
+            record = _unpack(stored) if live else None
+            if record is not None and record[0] == row[4]:
+                value: bytes | None = record[1]
+            elif stored is None and (row is None or not row[3]):
+                value = None  # a plain miss: nothing stored, nothing indexed
+            else:
+                value, expired = self._settle(db, key, now)
+                if expired:
                     self._count(expirations=1, misses=1)
                     return None
-                self._bump(db, key, row, now, present=stored is not None, size=None)
-            value = self._verified(key, stored)
+                row = db.execute("SELECT heat, last FROM heat WHERE key = ?", (key,)).fetchone()
+            self._bump(db, key, row, now)
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1, misses=1)
             return None
@@ -122,13 +173,19 @@ class SSDTier:
         """Store `value` if its heat earns the room. `heat`: what the caller already knows of the
         entry's demand (a warm-up from the platform's heat manifest, in decayed requests): it
         starts there instead of at one request, so a block rehydrated after a restart is not the
-        first thing evicted just because this disk has not seen it asked for yet."""
+        first thing evicted just because this disk has not seen it asked for yet.
+
+        A put that is refused or fails removes the key's old value: the caller holds a newer
+        one, and a hybrid cache that kept it in memory would serve the old one from here once
+        memory evicts it."""
         self._count(puts=1)
         size = len(value)
         if size > self.capacity_bytes:
             self._count(rejected=1)
+            self._discard(key)
             return False
         now = self._clock()
+        write_id = _new_write_id()
         try:
             db = self._db()
             with db:
@@ -139,23 +196,25 @@ class SSDTier:
                 candidate_heat = max((row[0] if row else 0.0) or 1.0, heat or 0.0)
                 candidate = score(candidate_heat, row[1] if row else now, self._rate)
                 freed = row[2] if row and row[3] else 0
-                if not pinned and not self._make_room(db, size - freed, candidate, exclude=key):
+                if not self._make_room(
+                    db, size - freed, float("inf") if pinned else candidate, exclude=key
+                ):
                     self._count(rejected=1)
+                    if row and row[3]:
+                        self._drop_locked(db, key)  # committed with the refusal
                     return False
-                if pinned and not self._make_room(db, size - freed, float("inf"), exclude=key):
-                    self._count(rejected=1)
-                    return False
-                self._data.set(key, _checksum(value) + value, retry=True)
+                self._data.set(key, _pack(write_id, value), retry=True)
                 expires = None if ttl_s is None else now + ttl_s
                 db.execute(
-                    "INSERT INTO heat (key, heat, last, score, size, present, pinned, expires)"
-                    " VALUES (?, ?, ?, ?, ?, 1, ?, ?) ON CONFLICT(key) DO UPDATE SET"
+                    "INSERT INTO heat (key, heat, last, score, size, present, pinned, expires,"
+                    " wid) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET"
                     " size = excluded.size, present = 1, pinned = excluded.pinned,"
-                    " expires = excluded.expires",
-                    (key, candidate_heat, now, candidate, size, int(pinned), expires),
+                    " expires = excluded.expires, wid = excluded.wid",
+                    (key, candidate_heat, now, candidate, size, int(pinned), expires, write_id),
                 )
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
+            self._discard(key)
             return False
         return True
 
@@ -163,8 +222,9 @@ class SSDTier:
         try:
             db = self._db()
             with db:
+                db.execute("BEGIN IMMEDIATE")  # a put elsewhere lands wholly before or after
                 present = db.execute("SELECT present FROM heat WHERE key = ?", (key,)).fetchone()
-                self._drop(db, key)
+                self._drop_locked(db, key)
             return bool(present and present[0])
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
@@ -178,11 +238,15 @@ class SSDTier:
         return None if expires is None else max(0.0, expires - self._clock())
 
     def touch(self, key: str, ttl_s: float | None) -> bool:
-        expires = None if ttl_s is None else self._clock() + ttl_s
+        """Renew a live entry only: one whose TTL has passed is gone, even if not yet dropped."""
+        now = self._clock()
+        expires = None if ttl_s is None else now + ttl_s
         try:
             with self._db() as db:
                 changed = db.execute(
-                    "UPDATE heat SET expires = ? WHERE key = ? AND present = 1", (expires, key)
+                    "UPDATE heat SET expires = ? WHERE key = ? AND present = 1"
+                    " AND (expires IS NULL OR expires > ?)",
+                    (expires, key, now),
                 ).rowcount
         except sqlite3.Error:
             self._count(errors=1)
@@ -190,18 +254,38 @@ class SSDTier:
         return changed == 1
 
     def contains(self, key: str) -> bool:
+        """Whether a get would hit, checksum aside: the record's write id is read, not its
+        value (a large value's file is opened for its first bytes only)."""
         entry = self._indexed_expiry(key)
         if entry is None:
             return False
-        expires = entry[0]
-        return (expires is None or self._clock() < expires) and key in self._data
+        expires, write_id = entry
+        if expires is not None and self._clock() >= expires:
+            return False
+        try:
+            stored = self._data.get(key, default=None, read=True, retry=True)
+            if stored is None:
+                return False
+            if isinstance(stored, bytes):
+                head = stored[:_HEADER_BYTES]
+            else:
+                with stored:
+                    head = stored.read(_HEADER_BYTES)
+        except (OSError, diskcache.Timeout):
+            self._count(errors=1)
+            return False
+        return (
+            len(head) == _HEADER_BYTES
+            and _WRITE_ID.unpack_from(head, _CHECKSUM_BYTES)[0] == write_id
+        )
 
-    def _indexed_expiry(self, key: str) -> tuple[float | None] | None:
-        """(expiry,) of a stored key from the index; None when absent or unreadable (counted)."""
+    def _indexed_expiry(self, key: str) -> tuple[float | None, int | None] | None:
+        """(expiry, write id) of a stored key from the index; None when absent or unreadable
+        (counted)."""
         try:
             return (
                 self._db()
-                .execute("SELECT expires FROM heat WHERE key = ? AND present = 1", (key,))
+                .execute("SELECT expires, wid FROM heat WHERE key = ? AND present = 1", (key,))
                 .fetchone()
             )
         except sqlite3.Error:
@@ -224,24 +308,24 @@ class SSDTier:
         """Index and data agree, and every stored value matches its checksum."""
         problems = [f"diskcache: {w.message}" for w in self._data.check()]
         indexed = {
-            k: size
-            for k, size in self._db().execute("SELECT key, size FROM heat WHERE present = 1")
+            k: (size, write_id)
+            for k, size, write_id in self._db().execute(
+                "SELECT key, size, wid FROM heat WHERE present = 1"
+            )
         }
         stored = set(self._data.iterkeys())
         problems += [f"{k}: indexed but no data" for k in sorted(indexed.keys() - stored)]
         problems += [f"{k}: data but not indexed" for k in sorted(stored - indexed.keys())]
         for key in sorted(indexed.keys() & stored):
-            raw = self._data.get(key)
-            if (
-                not isinstance(raw, bytes)
-                or _checksum(raw[_CHECKSUM_BYTES:]) != raw[:_CHECKSUM_BYTES]
-            ):
+            size, write_id = indexed[key]
+            record = _unpack(self._data.get(key))
+            if record is None:
                 problems.append(f"{key}: checksum mismatch")
-            elif len(raw) - _CHECKSUM_BYTES != indexed[key]:
-                problems.append(
-                    f"{key}: size {len(raw) - _CHECKSUM_BYTES} != indexed {indexed[key]}"
-                )
-        used = sum(indexed.values())
+            elif record[0] != write_id:
+                problems.append(f"{key}: data is not of the indexed write")
+            elif len(record[1]) != size:
+                problems.append(f"{key}: size {len(record[1])} != indexed {size}")
+        used = sum(size for size, _ in indexed.values())
         if used > self.capacity_bytes:
             problems.append(f"over budget: {used} > {self.capacity_bytes}")
         return problems
@@ -255,43 +339,42 @@ class SSDTier:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _verified(
-        self, key: str, stored: object, db: sqlite3.Connection | None = None
-    ) -> bytes | None:
-        if stored is None:
-            return None
-        if (
-            isinstance(stored, bytes)
-            and len(stored) >= _CHECKSUM_BYTES
-            and _checksum(stored[_CHECKSUM_BYTES:]) == stored[:_CHECKSUM_BYTES]
-        ):
-            return stored[_CHECKSUM_BYTES:]
-        # Corrupt (torn write, bit flip): never serve it, and do not keep it.
-        self._count(errors=1)
-        if db is not None:
-            self._drop(db, key)
-        else:
-            with self._db() as own:
-                self._drop(own, key)
-        return None
+    def _settle(self, db: sqlite3.Connection, key: str, now: float) -> tuple[bytes | None, bool]:
+        """(value, expired) of `key`, looked at again under the write lock, where no write is
+        half done: a record and row that still disagree are a crash's leftovers (or corrupt),
+        and a row still expired at `now` is expired, so either is dropped; a write that
+        committed since the lock-free look is served, never dropped."""
+        with db:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute(
+                "SELECT expires, present, wid FROM heat WHERE key = ?", (key,)
+            ).fetchone()
+            if row is None or not row[1]:
+                self._data.delete(key, retry=True)  # a record no row vouches for
+                return None, False
+            if row[0] is not None and now >= row[0]:
+                self._drop_locked(db, key)
+                return None, True
+            stored = self._data.get(key, default=None, retry=True)
+            record = _unpack(stored)
+            if record is not None and record[0] == row[2]:
+                return record[1], False
+            if stored is not None and record is None:
+                self._count(errors=1)  # torn or bit-flipped: never served, not kept
+            self._drop_locked(db, key)
+            return None, False
 
-    def _bump(
-        self,
-        db: sqlite3.Connection,
-        key: str,
-        row: tuple | None,
-        now: float,
-        present: bool,
-        size: int | None,
-    ) -> None:
+    def _bump(self, db: sqlite3.Connection, key: str, row: tuple | None, now: float) -> None:
+        """Heat of a get. A key seen first here is a ghost (heat only): only a put makes a row
+        present, so a record the index never committed is never counted as stored."""
         heat = bump(row[0], row[1], now, self._rate) if row else 1.0
         db.execute(
-            "INSERT INTO heat (key, heat, last, score, size, present) VALUES (?, ?, ?, ?, 0, ?)"
+            "INSERT INTO heat (key, heat, last, score, size, present) VALUES (?, ?, ?, ?, 0, 0)"
             " ON CONFLICT(key) DO UPDATE SET heat = excluded.heat, last = excluded.last,"
             " score = excluded.score",
-            (key, heat, now, score(heat, now, self._rate), int(present)),
+            (key, heat, now, score(heat, now, self._rate)),
         )
-        if row is None and not present:
+        if row is None:
             self._forget_oldest_ghosts(db)
 
     def _forget_oldest_ghosts(self, db: sqlite3.Connection) -> None:
@@ -311,31 +394,50 @@ class SSDTier:
         if excess <= 0:
             return True
         victims, freed = [], 0
-        for key, size, victim_score, expires in db.execute(
-            "SELECT key, size, score, expires FROM heat WHERE present = 1 AND pinned = 0"
+        for key, size, victim_score, expires, write_id in db.execute(
+            "SELECT key, size, score, expires, wid FROM heat WHERE present = 1 AND pinned = 0"
             " AND key != ? ORDER BY score",
             (exclude,),
         ):
             if victim_score >= candidate:
                 return False  # only hotter entries left: the newcomer is not worth their place
-            victims.append((key, expires))
+            victims.append((key, expires, write_id))
             freed += size
             if freed >= excess:
                 break
         if freed < excess:
             return False
         now = self._clock()
-        for key, expires in victims:
+        for key, expires, write_id in victims:
             ttl_left = None if expires is None else expires - now
             if self.on_evict is not None and (ttl_left is None or ttl_left > 0):
-                value = self._verified(key, self._data.get(key, retry=True), db)
-                if value is not None:  # demoted with the expiry it had, never past it
-                    self.on_evict(key, value, ttl_left, None)
-            self._data.delete(key, retry=True)
-            db.execute("UPDATE heat SET present = 0, size = 0 WHERE key = ?", (key,))
+                stored = self._data.get(key, default=None, retry=True)
+                record = _unpack(stored)
+                if record is not None and record[0] == write_id:
+                    # demoted with the expiry it had, never past it
+                    self.on_evict(key, record[1], ttl_left, None)
+                elif stored is not None and record is None:
+                    self._count(errors=1)  # corrupt: dropped below, never demoted
+            self._drop_locked(db, key)
         self._count(evictions=len(victims))
         return True
 
-    def _drop(self, db: sqlite3.Connection, key: str) -> None:
+    def _drop_locked(self, db: sqlite3.Connection, key: str) -> None:
+        """Forget `key`'s value (its heat stays), the caller holding the write lock: index then
+        data, so a crash before the commit leaves a row without its record (a miss that the
+        next get clears), never a record without its row."""
+        db.execute(
+            "UPDATE heat SET present = 0, size = 0, pinned = 0, wid = NULL WHERE key = ?", (key,)
+        )
         self._data.delete(key, retry=True)
-        db.execute("UPDATE heat SET present = 0, size = 0, pinned = 0 WHERE key = ?", (key,))
+
+    def _discard(self, key: str) -> None:
+        """Drop `key` after a refused or failed put, as far as the disk allows (a disk too
+        broken for this still serves no record the index does not name)."""
+        try:
+            db = self._db()
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                self._drop_locked(db, key)
+        except (OSError, sqlite3.Error, diskcache.Timeout):
+            self._count(errors=1)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import queue
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -140,3 +144,173 @@ def test_eviction_demotes_with_the_remaining_ttl_and_never_an_expired_value(
     assert tier.put("new", b"y" * 900)  # evicts both
     assert "expired" not in demoted
     assert demoted["lasting"] == pytest.approx(400)
+
+
+# -- regressions: expiry, crash between the two writes, races between processes ----------------
+
+
+def test_touch_does_not_revive_an_expired_entry(tier: SSDTier, clock: FakeClock) -> None:
+    assert tier.put("quote", b"price=100 (as of 10:00)", ttl_s=10)
+    clock.now += 60  # expired, not yet dropped lazily
+    assert tier.touch("quote", 3600) is False
+    assert tier.get("quote") is None and not tier.contains("quote")
+
+
+def _put_and_die_between_data_and_index(directory: str, key: str, value: bytes) -> None:
+    """A process killed (OOM, power loss) after diskcache stored the value, before the heat
+    index committed its row."""
+    tier = SSDTier(Path(directory), capacity_bytes=1000)
+    real_set = tier._data.set
+
+    def set_then_die(*args, **kwargs):
+        real_set(*args, **kwargs)
+        os._exit(9)
+
+    tier._data.set = set_then_die
+    tier.put(key, value, ttl_s=5)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_crash_between_data_and_index_leaves_a_miss(tmp_path: Path, overwrite: bool) -> None:
+    directory = tmp_path / "ssd"
+    tier = SSDTier(directory, capacity_bytes=1000)
+    if overwrite:
+        assert tier.put("fx", b"1.0840 quoted 08:00", ttl_s=5)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_put_and_die_between_data_and_index,
+        args=(str(directory), "fx", b"1.0850 quoted 09:00" + b"!" * 900),
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == 9
+    assert tier.get("fx") is None and not tier.contains("fx")
+    assert tier.check() == []  # the leftover is gone, not merely hidden
+    assert tier.put("other", b"x" * 1000) and tier.check() == [] and tier.stats().bytes == 1000
+    tier.close()
+
+
+def _peer_loop(directory: str, clock: FakeClock, commands, results) -> None:
+    tier = SSDTier(Path(directory), capacity_bytes=1000, half_life_s=60, clock=clock)
+    for now, op, args, kwargs in iter(commands.get, None):
+        clock.now = now
+        results.put(getattr(tier, op)(*args, **kwargs))
+    tier.close()
+
+
+class _Peer:
+    """Another process working on the same SSD directory, driven one call at a time; its clock
+    follows `clock` (each call carries the time it is made at)."""
+
+    def __init__(self, directory: Path, clock: FakeClock) -> None:
+        self._clock = clock
+        context = multiprocessing.get_context("spawn")
+        self._commands, self._results = context.Queue(), context.Queue()
+        self._process = context.Process(
+            target=_peer_loop,
+            args=(str(directory), clock, self._commands, self._results),
+            daemon=True,
+        )
+        self._process.start()
+        self.call("contains", "warm-up")  # started: its calls below take no start-up time
+
+    def send(self, op: str, *args, **kwargs) -> None:
+        self._commands.put((self._clock.now, op, args, kwargs))
+
+    def result(self, timeout_s: float = 60):
+        return self._results.get(timeout=timeout_s)
+
+    def call(self, op: str, *args, **kwargs):
+        self.send(op, *args, **kwargs)
+        return self.result()
+
+    def close(self) -> None:
+        self._commands.put(None)
+        self._process.join(10)
+        if self._process.is_alive():  # stuck (a failed test): never outlive the test
+            self._process.terminate()
+            self._process.join(10)
+
+
+@pytest.fixture
+def peer(tier: SSDTier, tmp_path: Path, clock: FakeClock) -> Iterator[_Peer]:
+    """A second process on `tier`'s directory, on the same (fake) time."""
+    other = _Peer(tmp_path / "ssd", clock)
+    yield other
+    other.close()
+
+
+def test_a_delete_racing_a_put_from_another_process_keeps_index_and_data_agreed(
+    tier: SSDTier, peer: _Peer, clock: FakeClock
+) -> None:
+    assert tier.put("k", b"old" * 100)
+    real_delete, landed = tier._data.delete, []
+
+    def delete_while_the_other_process_puts(key, **kwargs):
+        tier._data.delete = real_delete
+        removed = real_delete(key, **kwargs)
+        peer.send("put", "k", b"new" * 300)
+        with contextlib.suppress(queue.Empty):  # with the fix it waits for the delete to commit
+            landed.append(peer.result(timeout_s=1.0))
+        return removed
+
+    tier._data.delete = delete_while_the_other_process_puts
+    tier.delete("k")
+    assert (landed or [peer.result()]) == [True]
+    assert tier.check() == []
+    assert tier.get("k") == b"new" * 300 and tier.stats().bytes == 900
+
+
+def test_get_never_serves_an_old_value_under_a_newer_expiry(
+    tier: SSDTier, peer: _Peer, clock: FakeClock
+) -> None:
+    assert tier.put("nav", b"NAV=101.2 (yesterday)", ttl_s=60)
+    clock.now += 3600  # expired an hour ago
+    real_get = tier._data.get
+
+    def read_then_the_other_process_refreshes(key, *args, **kwargs):
+        tier._data.get = real_get
+        stored = real_get(key, *args, **kwargs)
+        assert peer.call("put", "nav", b"NAV=99.7 (today)", ttl_s=60)
+        return stored
+
+    tier._data.get = read_then_the_other_process_refreshes
+    assert tier.get("nav") in (None, b"NAV=99.7 (today)")
+    assert tier.get("nav") == b"NAV=99.7 (today)" and tier.check() == []
+
+
+def test_lazy_expiry_never_drops_a_fresh_write_from_another_process(
+    tier: SSDTier, peer: _Peer, clock: FakeClock
+) -> None:
+    assert tier.put("k", b"v1", ttl_s=10)
+    clock.now += 20
+    real_delete, landed = tier._data.delete, []
+
+    def drop_while_the_other_process_puts(key, **kwargs):
+        tier._data.delete = real_delete
+        peer.send("put", "k", b"v2-fresh", ttl_s=600)
+        with contextlib.suppress(queue.Empty):  # with the fix it waits for the drop to commit
+            landed.append(peer.result(timeout_s=1.0))
+        return real_delete(key, **kwargs)
+
+    tier._data.delete = drop_while_the_other_process_puts
+    assert tier.get("k") is None and tier.stats().expirations == 1
+    assert (landed or [peer.result()]) == [True]
+    assert tier.get("k") == b"v2-fresh" and peer.call("get", "k") == b"v2-fresh"
+    assert tier.check() == []
+
+
+def test_a_refused_overwrite_removes_the_old_value(tier: SSDTier, clock: FakeClock) -> None:
+    """After put returns False the key's old value is not served: the caller holds a newer one
+    (a hybrid cache keeps it in memory, and must not find the old one here once memory evicts
+    it)."""
+    assert tier.put("limit", b"limit=OK;" + b"." * 91)
+    for hot in ("h1", "h2", "h3"):
+        assert tier.put(hot, b"x" * 300)
+        for _ in range(5):
+            tier.get(hot)
+    assert not tier.put("limit", b"limit=BREACHED;" + b"." * 185)  # colder than the hot set
+    assert tier.get("limit") is None and not tier.contains("limit")
+    assert tier.check() == [] and tier.stats().bytes == 900
+    assert tier.put("small", b"s" * 50)
+    assert not tier.put("small", b"s" * 2000)  # larger than the whole tier
+    assert tier.get("small") is None and tier.check() == []
