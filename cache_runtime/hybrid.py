@@ -11,8 +11,9 @@
   about to promote, an eviction about to demote, an older refill) are dropped: each deletion
   and each put leaves a fence with its time, and a copy of a value older than the key's fence
   is not written (an old value never lands over a newer write or after a delete).
-- A put that a tier refuses, and every put for a tier outside `write_through`, deletes the key
-  there: an older copy left in any tier would be served once the faster tiers lose the new one.
+- A tier that refuses a put drops its older value of the key (the `Tier.put` contract), and a
+  put deletes the key from the tiers outside `write_through`: an older copy left in any tier
+  would be served once the faster tiers lose the new one.
 - A promoted value keeps the expiry it had in the tier it came from.
 - TTL per entry: fixed (expires `ttl_s` after the write) or renew-on-hit (each hit resets it).
 """
@@ -32,7 +33,7 @@ from cache_runtime.tiers.base import Tier
 
 TtlMode = Literal["fixed", "renew"]
 _FENCE_LIMIT = 10_000
-_FENCE_TTL_NS = 60 * 1_000_000_000
+_FENCE_TTL_NS = 10 * 1_000_000_000
 _UNKNOWN = object()  # what a tier call that raised returns where None means something
 
 
@@ -170,9 +171,7 @@ class HybridCache:
                 ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
             )  # fmt: skip
             self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
-            if not ok:  # the tier may still hold an older value: it must not serve it
-                self._call(tier, "delete", tier.delete, text)
-            stored = stored or bool(ok)
+            stored = stored or bool(ok)  # a refusing tier drops its older value (`Tier.put`)
         return stored
 
     def delete(self, key: CacheKey | str) -> bool:
@@ -182,22 +181,29 @@ class HybridCache:
     def _delete(self, text: str) -> tuple[bool, int]:
         """Delete everywhere; returns (whether a tier held it, the fence left).
 
-        Under the copy lock, fenced again after the last tier's delete: a lookup that began
-        after the first fence may have read the old value from a tier not deleted yet, and must
-        not promote it into a tier already cleared."""
+        Fence, delete, fence again, and delete again from every tier a promotion can write
+        (all but the last): a lookup that began after the first fence may have read the old
+        value from a tier not deleted yet and promoted it into one already cleared. Copies
+        take the copy lock to check the fence and write, so once the second fence is set none
+        is half done: what landed before it goes with the second delete, and none lands after.
+        No tier is called under the copy lock: a tier's own lock (the SSD's index) is taken
+        before the copy lock by its demotions, and a slow tier would stall every copy."""
         with self._renew_lock:
             self._renew.pop(text, None)
         with self._copy_lock:
             self._fence(text)
-            results = [self._call(t, "delete", t.delete, text) for t in self.tiers]
+        results = [self._call(t, "delete", t.delete, text) for t in self.tiers]
+        with self._copy_lock:
             fence = self._fence(text)
+        for tier in self.tiers[:-1]:
+            self._call(tier, "delete", tier.delete, text)
         return any(results), fence
 
     def _fence(self, key: str) -> int:
         """Fence `key` now (copy lock held) and forget fences nothing can need any more.
 
         A fence only has to outlive the copies in flight when it was set (a lookup or an
-        eviction: milliseconds); a minute's worth is kept, and at least the newest
+        eviction: milliseconds); ten seconds' worth is kept, and at least the newest
         `_FENCE_LIMIT`. Pruning takes the oldest first, so it costs what it removes. A key with
         a refill in flight keeps its fence (the refill compares the one it started with)."""
         now = self._fences[key] = time.monotonic_ns()
@@ -225,12 +231,11 @@ class HybridCache:
         background. Returns the refill's future (True when the new value was stored; a put or
         another invalidation of the key meanwhile supersedes it)."""
         text = key if isinstance(key, str) else key.to_string()
-        with self._copy_lock:  # the fence and the refill's claim on it, together
-            _, mine = self._delete(text)
-            if refill is not None:
-                self._refilling[text] = self._refilling.get(text, 0) + 1
+        _, mine = self._delete(text)
         if refill is None:
             return None
+        with self._copy_lock:  # a write since `mine` supersedes the refill (see `store`)
+            self._refilling[text] = self._refilling.get(text, 0) + 1
 
         def run() -> bool:
             try:

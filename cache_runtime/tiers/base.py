@@ -62,7 +62,10 @@ class Tier(Protocol):
         pinned: bool = False,
         parent: str | None = None,
         hint: str | None = None,
-    ) -> bool: ...
+    ) -> bool:
+        """True if stored. False (refused, or the backend failed) must leave no older value of
+        `key` served by this tier: the caller holds a newer one, stored elsewhere."""
+        ...
 
     def delete(self, key: str) -> bool: ...
 

@@ -15,7 +15,9 @@ which is why pinned entries belong in the memory or SSD tier as well.
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,6 +31,8 @@ from cache_runtime.tiers.redis_cluster import LazyRedisCluster, cluster_url_prob
 _ERRORS = (redis.RedisError, OSError, redis.exceptions.RedisClusterException)
 _MSET_MAX_BYTES = 8 << 20  # per MSET command (see `RedisTier._mset_commands`)
 _INLINE_VALUE_BYTES = 64 << 10  # larger values are not copied into their entry
+_SUSPECT_LIMIT = 1_000_000  # keys remembered as maybe holding an older value (`_suspects`)
+_SUSPECT_RETRY_S = 1.0
 
 
 def redis_client(
@@ -133,11 +137,15 @@ class RedisTier:
         # Standalone by type, not by a `connection_pool` attribute: asking a LazyRedisCluster
         # for one would try to build the cluster (and raise while it is down)
         self._standalone = isinstance(client, redis.Redis)
-        # Keys whose delete failed (Redis unreachable during an invalidation): each reads as
-        # absent here, and is deleted again on access, until a delete gets through. Otherwise
-        # the old value would be served once Redis is back. This process's view only: another
-        # process that shares the Redis learns of the invalidation its own way.
-        self._undeleted: set[str] = set()
+        # Keys Redis may hold an older value of: a delete or a put of theirs failed (Redis
+        # unreachable, or refusing writes). Each reads as absent here and is not written, until
+        # a batched delete gets through (`_clear_suspects`); otherwise the old value would be
+        # served once Redis is back. This process's view only: another process sharing the
+        # Redis learns of an invalidation its own way.
+        self._suspects: set[str] = set()
+        self._suspects_lock = threading.Lock()
+        self._lost_track = False  # more suspects than `_SUSPECT_LIMIT`: every read misses
+        self._next_clear = 0.0
         self._stats = TierStats()
         self._stats_lock = threading.Lock()
         self._bulk_batch = bulk_batch
@@ -165,7 +173,7 @@ class RedisTier:
         return f"{self.namespace}:{parts[3]}:{key}"
 
     def get(self, key: str) -> bytes | None:
-        if self._undeleted and self._still_undeleted(key):
+        if self._suspects and self._is_suspect(key):
             self._stats.misses += 1
             return None
         try:
@@ -190,7 +198,13 @@ class RedisTier:
         parent: str | None = None,
         hint: str | None = None,
     ) -> bool:
-        return self.put_many([(key, value, ttl_s)]) == 1
+        """A put that fails leaves the key a suspect (see `_suspects`): Redis may still hold
+        an older value of it. Bulk `put_many` failures are counted, not tracked per key (a
+        warm-up rewrites what it warms; the per-request path is this one)."""
+        if self.put_many([(key, value, ttl_s)]) == 1:
+            return True
+        self._suspect([key])
+        return False
 
     def put_many(self, items: Iterable[tuple[str, bytes, float | None]]) -> int:
         """Bulk writes (warm-up); returns how many keys were stored.
@@ -211,8 +225,9 @@ class RedisTier:
         batch = list(items)
         with self._stats_lock:
             self._stats.puts += len(batch)
-        if self._undeleted:  # a key still holding an invalidated value is not written over
-            batch = [item for item in batch if not self._still_undeleted(item[0])]
+        if self._suspects:  # a key that may still hold an older value is not written over
+            self._clear_suspects()
+            batch = [item for item in batch if not self._is_suspect(item[0], clear=False)]
         if not self._standalone:
             stored, rest = 0, list({item[0]: item for item in batch}.values())
         else:  # MSETs for the TTL-less
@@ -346,20 +361,50 @@ class RedisTier:
             deleted = bool(self._client.delete(self.redis_key(key)))
         except _ERRORS:
             self._count_error()
-            self._undeleted.add(key)
+            self._suspect([key])
             return False
-        self._undeleted.discard(key)
+        if self._suspects:
+            with self._suspects_lock:
+                self._suspects.discard(key)
         return deleted
 
-    def _still_undeleted(self, key: str) -> bool:
-        """Whether `key` still waits for its failed delete (tried again now)."""
-        if key not in self._undeleted:
-            return False
-        self.delete(key)
-        return key in self._undeleted
+    def _suspect(self, keys: Iterable[str]) -> None:
+        with self._suspects_lock:
+            self._suspects.update(keys)
+            if len(self._suspects) > _SUSPECT_LIMIT:
+                self._lost_track = True  # the set stays as it is; `check()` reports it
+
+    def _is_suspect(self, key: str, clear: bool = True) -> bool:
+        """Whether `key` may still hold an older value here (after trying to clear suspects)."""
+        if clear:
+            self._clear_suspects()
+        return self._lost_track or key in self._suspects
+
+    def _clear_suspects(self) -> None:
+        """Delete suspect keys in pipelined batches: at once, then at most every
+        `_SUSPECT_RETRY_S` while Redis still fails, so an outage costs one timeout a second,
+        not one per request. One thread at a time; the others go on without waiting."""
+        now = time.monotonic()
+        if now < self._next_clear or not self._suspects_lock.acquire(blocking=False):
+            return
+        try:
+            keys = list(itertools.islice(self._suspects, self._bulk_batch * 10))
+        finally:
+            self._suspects_lock.release()
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.delete(self.redis_key(key))
+            pipe.execute()
+        except _ERRORS:
+            self._count_error()
+            self._next_clear = now + _SUSPECT_RETRY_S
+            return
+        with self._suspects_lock:
+            self._suspects.difference_update(keys)
 
     def ttl_left(self, key: str) -> float | None:
-        if self._undeleted and self._still_undeleted(key):
+        if self._suspects and self._is_suspect(key):
             return 0.0
         try:
             millis = self._client.pttl(self.redis_key(key))
@@ -371,7 +416,7 @@ class RedisTier:
         return max(0.0, millis / 1000) if millis >= 0 else 0.0  # -2: absent
 
     def touch(self, key: str, ttl_s: float | None) -> bool:
-        if self._undeleted and self._still_undeleted(key):
+        if self._suspects and self._is_suspect(key):
             return False
         try:
             if ttl_s is None:
@@ -382,7 +427,7 @@ class RedisTier:
             return False
 
     def contains(self, key: str) -> bool:
-        if self._undeleted and self._still_undeleted(key):
+        if self._suspects and self._is_suspect(key):
             return False
         try:
             return bool(self._client.exists(self.redis_key(key)))
@@ -393,9 +438,12 @@ class RedisTier:
     def contains_many(self, keys: list[str]) -> list[bool]:
         """Whether each of `keys` is held: pipelined EXISTS, `bulk_batch` keys per round trip
         (a warm-up planner asks about thousands at once). All False on an error, counted."""
-        if self._undeleted:
-            pending = [self._still_undeleted(key) for key in keys]
-            return [h and not p for h, p in zip(self._contains_many(keys), pending, strict=True)]
+        if self._suspects:
+            self._clear_suspects()
+            return [
+                held and not self._is_suspect(key, clear=False)
+                for key, held in zip(keys, self._contains_many(keys), strict=True)
+            ]
         return self._contains_many(keys)
 
     def _contains_many(self, keys: list[str]) -> list[bool]:
@@ -424,11 +472,16 @@ class RedisTier:
         return TierStats(**{**vars(self._stats), "items": items, "bytes": used})
 
     def check(self) -> list[str]:
+        problems = []
+        if self._lost_track:
+            problems.append(
+                f"more than {_SUSPECT_LIMIT} keys may hold older values: every read misses"
+            )
         try:
             self._client.ping()
         except _ERRORS as err:
-            return [f"redis unreachable: {err}"]
-        return []
+            problems.append(f"redis unreachable: {err}")
+        return problems
 
     def close(self) -> None:
         if self._bulk_pool is not None:

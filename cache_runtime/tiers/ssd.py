@@ -107,11 +107,13 @@ class SSDTier:
                 "CREATE TABLE IF NOT EXISTS heat (key TEXT PRIMARY KEY, heat REAL NOT NULL,"
                 " last REAL NOT NULL, score REAL NOT NULL, size INTEGER NOT NULL,"
                 " present INTEGER NOT NULL, pinned INTEGER NOT NULL DEFAULT 0,"
-                " expires REAL, wid INTEGER)"
+                " expires REAL, wid INTEGER, written INTEGER)"
             )
             columns = {row[1] for row in db.execute("PRAGMA table_info(heat)")}
             if "wid" not in columns:  # an index from before write ids: its records all miss
                 db.execute("ALTER TABLE heat ADD COLUMN wid INTEGER")
+            if "written" not in columns:  # write times (for demotions) came after write ids
+                db.execute("ALTER TABLE heat ADD COLUMN written INTEGER")
             db.execute("CREATE INDEX IF NOT EXISTS heat_rank ON heat (present, pinned, score)")
 
     def _db(self) -> sqlite3.Connection:
@@ -186,6 +188,7 @@ class SSDTier:
             return False
         now = self._clock()
         write_id = _new_write_id()
+        demotions: list[tuple[str, bytes, float | None, int | None]] = []
         try:
             db = self._db()
             with db:
@@ -197,7 +200,7 @@ class SSDTier:
                 candidate = score(candidate_heat, row[1] if row else now, self._rate)
                 freed = row[2] if row and row[3] else 0
                 if not self._make_room(
-                    db, size - freed, float("inf") if pinned else candidate, exclude=key
+                    db, size - freed, float("inf") if pinned else candidate, key, demotions
                 ):
                     self._count(rejected=1)
                     if row and row[3]:
@@ -207,16 +210,30 @@ class SSDTier:
                 expires = None if ttl_s is None else now + ttl_s
                 db.execute(
                     "INSERT INTO heat (key, heat, last, score, size, present, pinned, expires,"
-                    " wid) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET"
-                    " size = excluded.size, present = 1, pinned = excluded.pinned,"
-                    " expires = excluded.expires, wid = excluded.wid",
-                    (key, candidate_heat, now, candidate, size, int(pinned), expires, write_id),
-                )
+                    " wid, written) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?) ON CONFLICT(key) DO"
+                    " UPDATE SET size = excluded.size, present = 1, pinned = excluded.pinned,"
+                    " expires = excluded.expires, wid = excluded.wid, written = excluded.written",
+                    (
+                        key, candidate_heat, now, candidate, size, int(pinned), expires,
+                        write_id, time.monotonic_ns(),
+                    ),
+                )  # fmt: skip
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
             self._discard(key)
             return False
+        finally:
+            self._demote(demotions)  # after the commit: the next tier may be slow
         return True
+
+    def _demote(self, demotions: list[tuple[str, bytes, float | None, int | None]]) -> None:
+        """Hand evicted values to the next tier, outside the index's write lock: the hybrid
+        cache's demoter takes its own lock, and holding both would invert the order in which
+        a delete takes them (and every other process's writes would wait on the next tier)."""
+        if self.on_evict is None:
+            return
+        for key, value, ttl_left, written_ns in demotions:
+            self.on_evict(key, value, ttl_left, written_ns)
 
     def delete(self, key: str) -> bool:
         try:
@@ -387,35 +404,43 @@ class SSDTier:
             )
 
     def _make_room(
-        self, db: sqlite3.Connection, needed: int, candidate: float, exclude: str
+        self,
+        db: sqlite3.Connection,
+        needed: int,
+        candidate: float,
+        exclude: str,
+        demotions: list[tuple[str, bytes, float | None, int | None]],
     ) -> bool:
+        """Evict colder entries until `needed` more bytes fit (write lock held); the values
+        worth demoting go to `demotions`, for the caller to hand on after its commit."""
         used = db.execute("SELECT COALESCE(SUM(size), 0) FROM heat WHERE present = 1").fetchone()[0]
         excess = used + needed - self.capacity_bytes
         if excess <= 0:
             return True
         victims, freed = [], 0
-        for key, size, victim_score, expires, write_id in db.execute(
-            "SELECT key, size, score, expires, wid FROM heat WHERE present = 1 AND pinned = 0"
-            " AND key != ? ORDER BY score",
+        for key, size, victim_score, expires, write_id, written in db.execute(
+            "SELECT key, size, score, expires, wid, written FROM heat"
+            " WHERE present = 1 AND pinned = 0 AND key != ? ORDER BY score",
             (exclude,),
         ):
             if victim_score >= candidate:
                 return False  # only hotter entries left: the newcomer is not worth their place
-            victims.append((key, expires, write_id))
+            victims.append((key, expires, write_id, written))
             freed += size
             if freed >= excess:
                 break
         if freed < excess:
             return False
         now = self._clock()
-        for key, expires, write_id in victims:
+        for key, expires, write_id, written in victims:
             ttl_left = None if expires is None else expires - now
             if self.on_evict is not None and (ttl_left is None or ttl_left > 0):
                 stored = self._data.get(key, default=None, retry=True)
                 record = _unpack(stored)
                 if record is not None and record[0] == write_id:
-                    # demoted with the expiry it had, never past it
-                    self.on_evict(key, record[1], ttl_left, None)
+                    # demoted with the expiry it had, never past it, and its write time (the
+                    # hybrid cache drops a demotion older than the key's last put or delete)
+                    demotions.append((key, record[1], ttl_left, written))
                 elif stored is not None and record is None:
                     self._count(errors=1)  # corrupt: dropped below, never demoted
             self._drop_locked(db, key)

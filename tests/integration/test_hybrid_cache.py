@@ -431,3 +431,55 @@ def test_an_invalidation_that_redis_could_not_apply_is_not_served_later(redis_ur
     assert admin.get(tier.redis_key(key.to_string())) is None
     assert cache.put(key, b"NAV=99.7 (today)")
     assert cache.get(key) == b"NAV=99.7 (today)"
+
+
+def test_invalidate_calls_no_tier_under_the_copy_lock() -> None:
+    """A slow or failing tier delete must not stall every promotion and put (they take the
+    copy lock), nor wait on a tier that waits on the copy lock (the SSD's demotions)."""
+    top, low = MemoryTier(1000, name="top"), HookedTier(1000, name="low")
+    cache = HybridCache([top, low], write_through=["low"])
+    cache.put(k("q"), b"v")
+    free: list[bool] = []
+
+    def take_and_release() -> None:
+        got = cache._copy_lock.acquire(timeout=5)
+        free.append(got)
+        if got:
+            cache._copy_lock.release()
+
+    def check_lock(_: str) -> None:
+        taker = threading.Thread(target=take_and_release)
+        taker.start()
+        taker.join()
+
+    low.before_delete = check_lock
+    refill = cache.invalidate(k("q"), refill=lambda: b"fresh")
+    assert free and all(free)
+    assert refill.result(10) is True and cache.get(k("q")) == b"fresh"
+
+
+def test_a_put_that_redis_could_not_apply_leaves_no_older_value_served(redis_url: str) -> None:
+    """Redis refuses writes for a moment: the put's new value lands in memory only, and once
+    memory loses it, Redis's older value must not be served (the key is a suspect there
+    until a delete of it gets through)."""
+    admin = redis_client(redis_url, socket_timeout_s=5)
+    tier = RedisTier(redis_client(redis_url, socket_timeout_s=0.2), namespace="paused-put")
+    memory = MemoryTier(10_000)
+    cache = HybridCache([memory, tier])
+    key = k("limit")
+    assert cache.put(key, b"limit=OK")
+    admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+    try:
+        assert cache.put(key, b"limit=BREACHED")  # memory took it, Redis did not
+        assert admin.get(tier.redis_key(key.to_string())) == b"limit=OK"
+        memory.delete(key.to_string())  # evicted, expired or a restart: memory lost it
+        assert cache.get(key) is None  # never the older limit=OK
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+    assert wait_for(
+        lambda: (
+            admin.get(tier.redis_key(key.to_string())) is None or tier.get(key.to_string()) is None
+        )
+    )
+    wait_for(lambda: cache.put(key, b"limit=BREACHED") and tier.get(key.to_string()) is not None)
+    assert cache.get(key) == b"limit=BREACHED"

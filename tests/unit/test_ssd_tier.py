@@ -314,3 +314,36 @@ def test_a_refused_overwrite_removes_the_old_value(tier: SSDTier, clock: FakeClo
     assert tier.put("small", b"s" * 50)
     assert not tier.put("small", b"s" * 2000)  # larger than the whole tier
     assert tier.get("small") is None and tier.check() == []
+
+
+def test_evicted_values_are_handed_on_after_the_index_lock_is_released(tmp_path: Path) -> None:
+    """The hybrid cache's demoter takes its own lock, which its deletes hold before this
+    tier's: called under the index's write lock, a demotion would invert that order (two
+    threads then wait on each other until sqlite's busy timeout). Each demotion also carries
+    its value's write time, so the hybrid cache can drop one older than the key's last put."""
+    import sqlite3
+    import time
+
+    tier = SSDTier(tmp_path / "ssd", capacity_bytes=250)
+    seen: list[tuple[str, bool, int | None]] = []
+
+    def on_evict(key: str, value: bytes, ttl_left: float | None, written_ns: int | None) -> None:
+        other = sqlite3.connect(tier._index_path, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # fails with "database is locked" under the lock
+            other.execute("ROLLBACK")
+            free = True
+        except sqlite3.OperationalError:
+            free = False
+        finally:
+            other.close()
+        seen.append((key, free, written_ns))
+
+    tier.on_evict = on_evict
+    before = time.monotonic_ns()
+    assert tier.put("a", b"a" * 100) and tier.put("b", b"b" * 100)
+    assert tier.put("c", b"c" * 100, heat=10.0)  # evicts a colder one
+    assert len(seen) == 1
+    key, free, written_ns = seen[0]
+    assert key in {"a", "b"} and free
+    assert written_ns is not None and before <= written_ns <= time.monotonic_ns()
