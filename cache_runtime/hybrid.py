@@ -148,17 +148,29 @@ class HybridCache:
         pinned: bool = False,
         parent: CacheKey | str | None = None,
         hint: str | None = None,
+        since_ns: int | None = None,
     ) -> bool:
         """Write to the write-through tiers; True if at least one stored it. `hint`: see
-        `policies.Hint` (for a KV page: `Hint.TAIL` when it is the prompt's last page)."""
+        `policies.Hint` (for a KV page: `Hint.TAIL` when it is the prompt's last page).
+
+        `since_ns`: `time.monotonic_ns()` when the caller read what `value` was computed from
+        (the lookup that missed, before generating the answer). If the key was invalidated or
+        written since, the value may come from the old source: it is not stored (False,
+        counted as "superseded"), so an answer computed before an invalidation never lands
+        after it."""
         text = key if isinstance(key, str) else key.to_string()
         parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
+        kind = key_kind(text)
+        if since_ns is not None:
+            with self._copy_lock:
+                if self._fences.get(text, -1) >= since_ns:
+                    self.metrics.writes.labels("all", kind, "superseded").inc()
+                    return False
         with self._renew_lock:
             if ttl_mode == "renew" and ttl_s is not None:
                 self._renew[text] = ttl_s
             else:
                 self._renew.pop(text, None)
-        kind = key_kind(text)
         with self._copy_lock:  # copies of older values in flight are dropped from now on
             self._fence(text)
         stored = False

@@ -22,7 +22,9 @@ class CacheMetrics:
             ["tier", "kind", "result"], registry=r,
         )  # fmt: skip
         self.writes = Counter(
-            "preheat_cache_writes", "Values written to a tier (stored or refused).",
+            "preheat_cache_writes",
+            "Values written to a tier (stored or refused); tier=all result=superseded: a put"
+            " whose key was invalidated or written since the caller's lookup, not written.",
             ["tier", "kind", "result"], registry=r,
         )  # fmt: skip
         self.promotions = Counter(

@@ -92,6 +92,7 @@ class Chain:
         text_key = key.to_string()
         with self.tracer.start_as_current_span("cache.lookup") as span:
             self.signals.lookup("exact")
+            looked_up_ns = time.monotonic_ns()  # an invalidation after this supersedes the answer
             value, tier = self.cache.get_with_tier(text_key)
             answer = _text(value)
             hit = answer is not None and tier is not None
@@ -106,7 +107,7 @@ class Chain:
             return self._from_cache(job, found.text, cached, f"semantic-{found.tier}",
                                     text_key, template)  # fmt: skip
         done, seconds = self._generate(job, self.cache, tenant)
-        self.cache.put(text_key, done.text.encode(), ttl_s=self.ttl_s)
+        self.cache.put(text_key, done.text.encode(), ttl_s=self.ttl_s, since_ns=looked_up_ns)
         self._semantic_store(tenant, key.model_id, job, template, done)
         return self._from_model(done, seconds, text_key, template)
 

@@ -483,3 +483,22 @@ def test_a_put_that_redis_could_not_apply_leaves_no_older_value_served(redis_url
     )
     wait_for(lambda: cache.put(key, b"limit=BREACHED") and tier.get(key.to_string()) is not None)
     assert cache.get(key) == b"limit=BREACHED"
+
+
+def test_an_answer_computed_before_an_invalidation_is_not_stored_after_it() -> None:
+    """The gateway looks up, misses, generates, then puts: an invalidation (or another put)
+    between its lookup and its put means the answer may come from the old source."""
+    cache = HybridCache([MemoryTier(1000)])
+    looked_up = time.monotonic_ns()
+    cache.invalidate(k("rate"))  # the source changed while the model was generating
+    assert not cache.put(k("rate"), b"rate from the old source", since_ns=looked_up)
+    assert cache.get(k("rate")) is None
+    assert (
+        cache.metrics.value(
+            "preheat_cache_writes_total", tier="all", kind="exact", result="superseded"
+        )
+        == 1
+    )
+    looked_up = time.monotonic_ns()
+    assert cache.put(k("rate"), b"rate from the new source", since_ns=looked_up)
+    assert cache.get(k("rate")) == b"rate from the new source"
