@@ -45,6 +45,7 @@ _CHECKSUM_BYTES = 16
 _WRITE_ID = struct.Struct(">q")  # after the checksum, which covers it
 _HEADER_BYTES = _CHECKSUM_BYTES + _WRITE_ID.size
 _GHOST_LIMIT = 100_000  # keys remembered (heat only) after a miss or an eviction
+_SUSPECT_RETRY_S = 1.0  # how often the drops of suspect keys are retried (`SSDTier._suspects`)
 
 
 def _checksum(body: bytes | memoryview) -> bytes:
@@ -82,7 +83,11 @@ class SSDTier:
         half_life_s: float = DEFAULT_HALF_LIFE_S,
         clock: Callable[[], float] = time.time,
         name: str = "ssd",
+        lock_timeout_s: float = 5.0,
     ) -> None:
+        """`lock_timeout_s`: how long a call waits for another process's write (sqlite's busy
+        timeout, for the index and diskcache's): a slow cache is a failing cache, and a put on
+        a request path must not wait for a stuck writer elsewhere."""
         if capacity_bytes <= 0:
             raise ValueError("capacity_bytes must be positive")
         self.name = name
@@ -91,9 +96,17 @@ class SSDTier:
         self._clock = clock
         self._dir = Path(directory)
         self._dir.mkdir(parents=True, exist_ok=True)
+        self._lock_timeout_s = lock_timeout_s
         self._data = diskcache.Cache(
-            str(self._dir / "data"), eviction_policy="none", size_limit=2**62, cull_limit=0
-        )
+            str(self._dir / "data"),
+            eviction_policy="none", size_limit=2**62, cull_limit=0, timeout=lock_timeout_s,
+        )  # fmt: skip
+        # Keys whose old value could not be dropped (a refused or failed put, a failed delete,
+        # the disk or the lock failing too): each reads as absent here until a drop gets
+        # through (`_clear_suspects`, at most every `_SUSPECT_RETRY_S`). This process's view.
+        self._suspects: set[str] = set()
+        self._suspects_lock = threading.Lock()
+        self._next_clear = 0.0
         self._index_path = self._dir / "heat.sqlite"
         self._local = threading.local()
         self._stats = TierStats(capacity_bytes=capacity_bytes)
@@ -119,7 +132,9 @@ class SSDTier:
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self._index_path, timeout=30, isolation_level=None)
+            db = sqlite3.connect(
+                self._index_path, timeout=self._lock_timeout_s, isolation_level=None
+            )
             db.execute("PRAGMA synchronous=NORMAL")
             self._local.db = db
         return db
@@ -135,6 +150,9 @@ class SSDTier:
         """Lock-free when data and row agree (the common hit and miss): record first, then row,
         and serve only a record of the row's write, so a write landing between the two reads
         costs a second look under the lock, never a wrong answer."""
+        if self._suspects and self._is_suspect(key):
+            self._count(misses=1)
+            return None
         try:
             now = self._clock()
             stored = self._data.get(key, default=None, retry=True)
@@ -220,10 +238,13 @@ class SSDTier:
                 )  # fmt: skip
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
-            self._discard(key)
+            self._suspect(key)  # dropped later: a second wait for the lock here would double it
             return False
         finally:
             self._demote(demotions)  # after the commit: the next tier may be slow
+        if self._suspects:
+            with self._suspects_lock:  # its own write replaced whatever was left
+                self._suspects.discard(key)
         return True
 
     def _demote(self, demotions: list[tuple[str, bytes, float | None, int | None]]) -> None:
@@ -242,12 +263,18 @@ class SSDTier:
                 db.execute("BEGIN IMMEDIATE")  # a put elsewhere lands wholly before or after
                 present = db.execute("SELECT present FROM heat WHERE key = ?", (key,)).fetchone()
                 self._drop_locked(db, key)
-            return bool(present and present[0])
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
+            self._suspect(key)
             return False
+        if self._suspects:
+            with self._suspects_lock:
+                self._suspects.discard(key)
+        return bool(present and present[0])
 
     def ttl_left(self, key: str) -> float | None:
+        if self._suspects and self._is_suspect(key):
+            return 0.0
         entry = self._indexed_expiry(key)
         if entry is None:
             return 0.0
@@ -256,6 +283,8 @@ class SSDTier:
 
     def touch(self, key: str, ttl_s: float | None) -> bool:
         """Renew a live entry only: one whose TTL has passed is gone, even if not yet dropped."""
+        if self._suspects and self._is_suspect(key):
+            return False
         now = self._clock()
         expires = None if ttl_s is None else now + ttl_s
         try:
@@ -273,6 +302,8 @@ class SSDTier:
     def contains(self, key: str) -> bool:
         """Whether a get would hit, checksum aside: the record's write id is read, not its
         value (a large value's file is opened for its first bytes only)."""
+        if self._suspects and self._is_suspect(key):
+            return False
         entry = self._indexed_expiry(key)
         if entry is None:
             return False
@@ -456,9 +487,9 @@ class SSDTier:
         )
         self._data.delete(key, retry=True)
 
-    def _discard(self, key: str) -> None:
-        """Drop `key` after a refused or failed put, as far as the disk allows (a disk too
-        broken for this still serves no record the index does not name)."""
+    def _discard(self, key: str) -> bool:
+        """Drop `key` after a refused or failed put; if that fails too, the key is a suspect
+        (reads as absent here) until a later drop gets through. True if dropped."""
         try:
             db = self._db()
             with db:
@@ -466,3 +497,27 @@ class SSDTier:
                 self._drop_locked(db, key)
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
+            self._suspect(key)
+            return False
+        return True
+
+    def _suspect(self, key: str) -> None:
+        with self._suspects_lock:
+            self._suspects.add(key)
+
+    def _is_suspect(self, key: str) -> bool:
+        """Whether `key` may still hold an older value here, after trying to drop suspects
+        (at most every `_SUSPECT_RETRY_S`, one thread at a time, the others not waiting)."""
+        now = time.monotonic()
+        if now >= self._next_clear and self._suspects_lock.acquire(blocking=False):
+            try:
+                keys = list(self._suspects)[:1000]
+                self._next_clear = now + _SUSPECT_RETRY_S
+            finally:
+                self._suspects_lock.release()
+            dropped = [k for k in keys if self._discard(k)]
+            with self._suspects_lock:
+                self._suspects.difference_update(dropped)
+                if not self._suspects or len(dropped) == len(keys):
+                    self._next_clear = 0.0
+        return key in self._suspects

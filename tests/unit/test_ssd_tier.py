@@ -347,3 +347,32 @@ def test_evicted_values_are_handed_on_after_the_index_lock_is_released(tmp_path:
     key, free, written_ns = seen[0]
     assert key in {"a", "b"} and free
     assert written_ns is not None and before <= written_ns <= time.monotonic_ns()
+
+
+def test_a_put_that_cannot_get_the_lock_fails_fast_and_its_old_value_is_not_served(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the index's write lock (stuck, or a long transaction): a put
+    waits `lock_timeout_s`, not sqlite's 30 s, and the key's old value then reads as absent
+    here until it can be dropped."""
+    import sqlite3
+    import time
+
+    tier = SSDTier(tmp_path / "ssd", 10_000, lock_timeout_s=0.2)
+    assert tier.put("limit", b"limit=OK")
+    stuck = sqlite3.connect(tier._index_path, isolation_level=None)
+    stuck.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        assert not tier.put("limit", b"limit=BREACHED")
+        assert time.monotonic() - started < 5
+        assert tier.get("limit") is None and not tier.contains("limit")
+    finally:
+        stuck.execute("ROLLBACK")
+        stuck.close()
+    deadline = time.monotonic() + 10
+    while "limit" in tier._suspects and time.monotonic() < deadline:
+        assert tier.get("limit") is None  # never the old value, while it waits its retry
+        time.sleep(0.05)
+    assert "limit" not in tier._suspects and tier.check() == []
+    assert tier.put("limit", b"limit=BREACHED") and tier.get("limit") == b"limit=BREACHED"
