@@ -72,7 +72,7 @@ class HybridCache:
         self._fences: OrderedDict[str, int] = OrderedDict()  # oldest first
         self._refilling: dict[str, int] = {}  # key -> refills in flight (their fences are kept)
         # Re-entrant: a promotion into memory can evict there, and that eviction demotes below.
-        self._copy_lock = threading.RLock()  # tombstone checks and the copies they guard
+        self._copy_lock = threading.RLock()  # fence checks and the copies they guard
         self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
         for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
             if hasattr(upper, "on_evict"):
@@ -198,8 +198,10 @@ class HybridCache:
         value from a tier not deleted yet and promoted it into one already cleared. Copies
         take the copy lock to check the fence and write, so once the second fence is set none
         is half done: what landed before it goes with the second delete, and none lands after.
-        No tier is called under the copy lock: a tier's own lock (the SSD's index) is taken
-        before the copy lock by its demotions, and a slow tier would stall every copy."""
+        The deletes run outside the copy lock: a slow or unreachable tier would stall every
+        copy meanwhile. (Copies do call tiers under it, to check and write as one; no tier
+        takes the copy lock while holding a lock of its own: the memory tier and the SSD hand
+        on their evictions after releasing theirs.)"""
         with self._renew_lock:
             self._renew.pop(text, None)
         with self._copy_lock:
