@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import FakeClock
+from helpers import FakeClock, wait_until
 from prometheus_client import generate_latest
 
 from cache_runtime.hybrid import HybridCache
@@ -312,18 +312,9 @@ def test_a_lookup_that_starts_during_invalidate_does_not_resurrect_the_old_value
     low.before_delete = read_during_delete
     cache.invalidate(k("price"))
     low.before_delete = None
-    assert wait_for(lambda: len(seen) == 1)
+    wait_until(lambda: len(seen) == 1)
     assert not top.contains(k("price").to_string())
     assert cache.get(k("price")) is None
-
-
-def wait_for(condition: object, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_a_copy_in_flight_never_lands_over_a_newer_put() -> None:
@@ -427,9 +418,12 @@ def test_an_invalidation_that_redis_could_not_apply_is_not_served_later(redis_ur
         assert cache.get(key) is None  # still there in Redis, never served
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")
-    assert cache.get(key) is None  # the delete went through on this access
-    assert admin.get(tier.redis_key(key.to_string())) is None
-    assert cache.put(key, b"NAV=99.7 (today)")
+    # an access after the pause deletes it from Redis (retried at most every second), and
+    # until then it is never served
+    wait_until(
+        lambda: cache.get(key) is None and admin.get(tier.redis_key(key.to_string())) is None
+    )
+    wait_until(lambda: cache.put(key, b"NAV=99.7 (today)"))
     assert cache.get(key) == b"NAV=99.7 (today)"
 
 
@@ -476,12 +470,13 @@ def test_a_put_that_redis_could_not_apply_leaves_no_older_value_served(redis_url
         assert cache.get(key) is None  # never the older limit=OK
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")
-    assert wait_for(
+    # the first access after the pause deletes the older value from Redis (retried each second)
+    wait_until(
         lambda: (
-            admin.get(tier.redis_key(key.to_string())) is None or tier.get(key.to_string()) is None
+            tier.get(key.to_string()) is None and admin.get(tier.redis_key(key.to_string())) is None
         )
     )
-    wait_for(lambda: cache.put(key, b"limit=BREACHED") and tier.get(key.to_string()) is not None)
+    wait_until(lambda: cache.put(key, b"limit=BREACHED") and bool(tier.get(key.to_string())))
     assert cache.get(key) == b"limit=BREACHED"
 
 
