@@ -15,9 +15,7 @@ which is why pinned entries belong in the memory or SSD tier as well.
 
 from __future__ import annotations
 
-import itertools
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -26,12 +24,13 @@ import redis
 
 from cache_runtime.tiers.base import TierStats
 from cache_runtime.tiers.redis_cluster import LazyRedisCluster, cluster_url_problem
+from cache_runtime.tiers.suspects import SuspectKeys
 
 # RedisClusterException is not a RedisError: a cluster client raises it once no node answers
 _ERRORS = (redis.RedisError, OSError, redis.exceptions.RedisClusterException)
 _MSET_MAX_BYTES = 8 << 20  # per MSET command (see `RedisTier._mset_commands`)
 _INLINE_VALUE_BYTES = 64 << 10  # larger values are not copied into their entry
-_SUSPECT_LIMIT = 1_000_000  # keys remembered as maybe holding an older value (`_suspects`)
+_SUSPECT_LIMIT = 1_000_000  # suspect keys remembered before every read misses (`SuspectKeys`)
 _SUSPECT_RETRY_S = 1.0
 
 
@@ -137,15 +136,11 @@ class RedisTier:
         # Standalone by type, not by a `connection_pool` attribute: asking a LazyRedisCluster
         # for one would try to build the cluster (and raise while it is down)
         self._standalone = isinstance(client, redis.Redis)
-        # Keys Redis may hold an older value of: a delete or a put of theirs failed (Redis
-        # unreachable, or refusing writes). Each reads as absent here and is not written, until
-        # a batched delete gets through (`_clear_suspects`); otherwise the old value would be
-        # served once Redis is back. This process's view only: another process sharing the
-        # Redis learns of an invalidation its own way.
-        self._suspects: set[str] = set()
-        self._suspects_lock = threading.Lock()
-        self._lost_track = False  # more suspects than `_SUSPECT_LIMIT`: every read misses
-        self._next_clear = 0.0
+        # Keys whose put or delete failed: absent here until a pipelined DEL of them gets
+        # through (see `SuspectKeys`)
+        self._suspects = SuspectKeys(
+            self._delete_all, _SUSPECT_RETRY_S, batch=bulk_batch * 10, limit=_SUSPECT_LIMIT
+        )
         self._stats = TierStats()
         self._stats_lock = threading.Lock()
         self._bulk_batch = bulk_batch
@@ -173,7 +168,7 @@ class RedisTier:
         return f"{self.namespace}:{parts[3]}:{key}"
 
     def get(self, key: str) -> bytes | None:
-        if self._suspects and self._is_suspect(key):
+        if self._suspects and self._suspects.holds(key):
             self._stats.misses += 1
             return None
         try:
@@ -203,7 +198,7 @@ class RedisTier:
         warm-up rewrites what it warms; the per-request path is this one)."""
         if self.put_many([(key, value, ttl_s)]) == 1:
             return True
-        self._suspect([key])
+        self._suspects.add([key])
         return False
 
     def put_many(self, items: Iterable[tuple[str, bytes, float | None]]) -> int:
@@ -226,8 +221,8 @@ class RedisTier:
         with self._stats_lock:
             self._stats.puts += len(batch)
         if self._suspects:  # a key that may still hold an older value is not written over
-            self._clear_suspects()
-            batch = [item for item in batch if not self._is_suspect(item[0], clear=False)]
+            self._suspects.retry()
+            batch = [item for item in batch if not self._suspects.holds(item[0], retry=False)]
         if not self._standalone:
             stored, rest = 0, list({item[0]: item for item in batch}.values())
         else:  # MSETs for the TTL-less
@@ -361,36 +356,13 @@ class RedisTier:
             deleted = bool(self._client.delete(self.redis_key(key)))
         except _ERRORS:
             self._count_error()
-            self._suspect([key])
+            self._suspects.add([key])
             return False
-        if self._suspects:
-            with self._suspects_lock:
-                self._suspects.discard(key)
+        self._suspects.discard(key)
         return deleted
 
-    def _suspect(self, keys: Iterable[str]) -> None:
-        with self._suspects_lock:
-            self._suspects.update(keys)
-            if len(self._suspects) > _SUSPECT_LIMIT:
-                self._lost_track = True  # the set stays as it is; `check()` reports it
-
-    def _is_suspect(self, key: str, clear: bool = True) -> bool:
-        """Whether `key` may still hold an older value here (after trying to clear suspects)."""
-        if clear:
-            self._clear_suspects()
-        return self._lost_track or key in self._suspects
-
-    def _clear_suspects(self) -> None:
-        """Delete suspect keys in pipelined batches: at once, then at most every
-        `_SUSPECT_RETRY_S` while Redis still fails, so an outage costs one timeout a second,
-        not one per request. One thread at a time; the others go on without waiting."""
-        now = time.monotonic()
-        if now < self._next_clear or not self._suspects_lock.acquire(blocking=False):
-            return
-        try:
-            keys = list(itertools.islice(self._suspects, self._bulk_batch * 10))
-        finally:
-            self._suspects_lock.release()
+    def _delete_all(self, keys: list[str]) -> bool:
+        """One pipeline of DELs (the suspects' drop); False, counted, if it failed."""
         try:
             pipe = self._client.pipeline(transaction=False)
             for key in keys:
@@ -398,13 +370,11 @@ class RedisTier:
             pipe.execute()
         except _ERRORS:
             self._count_error()
-            self._next_clear = now + _SUSPECT_RETRY_S
-            return
-        with self._suspects_lock:
-            self._suspects.difference_update(keys)
+            return False
+        return True
 
     def ttl_left(self, key: str) -> float | None:
-        if self._suspects and self._is_suspect(key):
+        if self._suspects and self._suspects.holds(key):
             return 0.0
         try:
             millis = self._client.pttl(self.redis_key(key))
@@ -416,7 +386,7 @@ class RedisTier:
         return max(0.0, millis / 1000) if millis >= 0 else 0.0  # -2: absent
 
     def touch(self, key: str, ttl_s: float | None) -> bool:
-        if self._suspects and self._is_suspect(key):
+        if self._suspects and self._suspects.holds(key):
             return False
         try:
             if ttl_s is None:
@@ -427,7 +397,7 @@ class RedisTier:
             return False
 
     def contains(self, key: str) -> bool:
-        if self._suspects and self._is_suspect(key):
+        if self._suspects and self._suspects.holds(key):
             return False
         try:
             return bool(self._client.exists(self.redis_key(key)))
@@ -439,9 +409,9 @@ class RedisTier:
         """Whether each of `keys` is held: pipelined EXISTS, `bulk_batch` keys per round trip
         (a warm-up planner asks about thousands at once). All False on an error, counted."""
         if self._suspects:
-            self._clear_suspects()
+            self._suspects.retry()
             return [
-                held and not self._is_suspect(key, clear=False)
+                held and not self._suspects.holds(key, retry=False)
                 for key, held in zip(keys, self._contains_many(keys), strict=True)
             ]
         return self._contains_many(keys)
@@ -473,7 +443,7 @@ class RedisTier:
 
     def check(self) -> list[str]:
         problems = []
-        if self._lost_track:
+        if self._suspects.lost_track:
             problems.append(
                 f"more than {_SUSPECT_LIMIT} keys may hold older values: every read misses"
             )

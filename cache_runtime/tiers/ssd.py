@@ -40,12 +40,13 @@ import diskcache
 
 from cache_runtime.heat import DEFAULT_HALF_LIFE_S, bump, decay_rate, score
 from cache_runtime.tiers.base import EvictionCallback, TierStats
+from cache_runtime.tiers.suspects import SuspectKeys
 
 _CHECKSUM_BYTES = 16
 _WRITE_ID = struct.Struct(">q")  # after the checksum, which covers it
 _HEADER_BYTES = _CHECKSUM_BYTES + _WRITE_ID.size
 _GHOST_LIMIT = 100_000  # keys remembered (heat only) after a miss or an eviction
-_SUSPECT_RETRY_S = 1.0  # how often the drops of suspect keys are retried (`SSDTier._suspects`)
+_SUSPECT_RETRY_S = 1.0  # how often the drops of suspect keys are retried (`SuspectKeys`)
 
 
 def _checksum(body: bytes | memoryview) -> bytes:
@@ -102,11 +103,9 @@ class SSDTier:
             eviction_policy="none", size_limit=2**62, cull_limit=0, timeout=lock_timeout_s,
         )  # fmt: skip
         # Keys whose old value could not be dropped (a refused or failed put, a failed delete,
-        # the disk or the lock failing too): each reads as absent here until a drop gets
-        # through (`_clear_suspects`, at most every `_SUSPECT_RETRY_S`). This process's view.
-        self._suspects: set[str] = set()
-        self._suspects_lock = threading.Lock()
-        self._next_clear = 0.0
+        # the disk or the lock failing too): absent here until one transaction dropping them
+        # gets through (see `SuspectKeys`)
+        self._suspects = SuspectKeys(self._drop_all, _SUSPECT_RETRY_S, batch=1000)
         self._index_path = self._dir / "heat.sqlite"
         self._local = threading.local()
         self._stats = TierStats(capacity_bytes=capacity_bytes)
@@ -150,7 +149,7 @@ class SSDTier:
         """Lock-free when data and row agree (the common hit and miss): record first, then row,
         and serve only a record of the row's write, so a write landing between the two reads
         costs a second look under the lock, never a wrong answer."""
-        if self._suspects and self._is_suspect(key):
+        if self._suspects and self._suspects.holds(key):
             self._count(misses=1)
             return None
         try:
@@ -238,13 +237,11 @@ class SSDTier:
                 )  # fmt: skip
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
-            self._suspect(key)  # dropped later: a second wait for the lock here would double it
+            self._suspects.add([key])  # dropped later: a second wait for the lock would double it
             return False
         finally:
             self._demote(demotions)  # after the commit: the next tier may be slow
-        if self._suspects:
-            with self._suspects_lock:  # its own write replaced whatever was left
-                self._suspects.discard(key)
+        self._suspects.discard(key)  # its own write replaced whatever was left
         return True
 
     def _demote(self, demotions: list[tuple[str, bytes, float | None, int | None]]) -> None:
@@ -265,15 +262,13 @@ class SSDTier:
                 self._drop_locked(db, key)
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
-            self._suspect(key)
+            self._suspects.add([key])
             return False
-        if self._suspects:
-            with self._suspects_lock:
-                self._suspects.discard(key)
+        self._suspects.discard(key)
         return bool(present and present[0])
 
     def ttl_left(self, key: str) -> float | None:
-        if self._suspects and self._is_suspect(key):
+        if self._suspects and self._suspects.holds(key):
             return 0.0
         entry = self._indexed_expiry(key)
         if entry is None:
@@ -283,7 +278,7 @@ class SSDTier:
 
     def touch(self, key: str, ttl_s: float | None) -> bool:
         """Renew a live entry only: one whose TTL has passed is gone, even if not yet dropped."""
-        if self._suspects and self._is_suspect(key):
+        if self._suspects and self._suspects.holds(key):
             return False
         now = self._clock()
         expires = None if ttl_s is None else now + ttl_s
@@ -302,7 +297,7 @@ class SSDTier:
     def contains(self, key: str) -> bool:
         """Whether a get would hit, checksum aside: the record's write id is read, not its
         value (a large value's file is opened for its first bytes only)."""
-        if self._suspects and self._is_suspect(key):
+        if self._suspects and self._suspects.holds(key):
             return False
         entry = self._indexed_expiry(key)
         if entry is None:
@@ -487,37 +482,22 @@ class SSDTier:
         )
         self._data.delete(key, retry=True)
 
-    def _discard(self, key: str) -> bool:
-        """Drop `key` after a refused or failed put; if that fails too, the key is a suspect
-        (reads as absent here) until a later drop gets through. True if dropped."""
+    def _discard(self, key: str) -> None:
+        """Drop `key` after a refused put; if that fails too, the key is a suspect (reads as
+        absent here) until a later drop gets through."""
+        if not self._drop_all([key]):
+            self._suspects.add([key])
+
+    def _drop_all(self, keys: list[str]) -> bool:
+        """Drop `keys` in one transaction (one wait for the lock, whatever their number);
+        False, counted, if it failed."""
         try:
             db = self._db()
             with db:
                 db.execute("BEGIN IMMEDIATE")
-                self._drop_locked(db, key)
+                for key in keys:
+                    self._drop_locked(db, key)
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
-            self._suspect(key)
             return False
         return True
-
-    def _suspect(self, key: str) -> None:
-        with self._suspects_lock:
-            self._suspects.add(key)
-
-    def _is_suspect(self, key: str) -> bool:
-        """Whether `key` may still hold an older value here, after trying to drop suspects
-        (at most every `_SUSPECT_RETRY_S`, one thread at a time, the others not waiting)."""
-        now = time.monotonic()
-        if now >= self._next_clear and self._suspects_lock.acquire(blocking=False):
-            try:
-                keys = list(self._suspects)[:1000]
-                self._next_clear = now + _SUSPECT_RETRY_S
-            finally:
-                self._suspects_lock.release()
-            dropped = [k for k in keys if self._discard(k)]
-            with self._suspects_lock:
-                self._suspects.difference_update(dropped)
-                if not self._suspects or len(dropped) == len(keys):
-                    self._next_clear = 0.0
-        return key in self._suspects
