@@ -60,8 +60,11 @@ def encode_page(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> bytes:
     return save(tensors, metadata={"layers": str(len(layers)), "page_tokens": str(PAGE_TOKENS)})
 
 
-def decode_page(data: bytes) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The layers of a page, each (keys, values) shaped (1, heads, PAGE_TOKENS, head_dim).
+def decode_page(
+    data: bytes, like: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The layers of a page, each (keys, values) shaped (1, heads, PAGE_TOKENS, head_dim);
+    given `like` (the first page of a prefix), of its model: same layers, dtype and shapes.
 
     Raises:
         ValueError: `data` is not a whole page: not safetensors, a layer missing or with keys
@@ -78,7 +81,7 @@ def decode_page(data: bytes) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if not count or set(tensors) != names:
         raise ValueError(f"not a KV page: tensors {sorted(tensors)[:4]}...")
     layers = [(tensors[f"layer{i}.keys"], tensors[f"layer{i}.values"]) for i in range(count)]
-    problem = page_problem(layers)
+    problem = page_problem(layers, like)
     if problem:
         raise ValueError(problem)
     return layers
@@ -177,11 +180,8 @@ def stream_prefix(
         if data is None:
             return
         try:
-            layers = decode_page(data)
-            problem = None if first is None else page_problem(layers, like=first)
-        except ValueError as err:
-            problem = str(err)
-        if problem is not None:
+            layers = decode_page(data, like=first)
+        except ValueError:
             cache.metrics.errors.labels(tier, "kv_page").inc()
             cache.delete(key)  # so the next prefill of this prefix stores it whole again
             return

@@ -153,9 +153,9 @@ def bench_ceiling(trace: AccessTrace, sizes: list[float], samples: int = 32) -> 
     with tempfile.TemporaryDirectory() as work:
         oracle = Path(work) / "trace.oracleGeneral"
         write_oracle(trace, oracle)
+        edges = age_edges(len(trace.accesses))
         for fraction in sizes:
             capacity = max(1, round(fraction * unique))
-            edges = age_edges(len(trace.accesses))
             row: dict[str, float] = {"capacity": capacity}
             for name in ("LRU", "Belady"):
                 row[name] = round(float(_libcachesim_hits(name, trace, capacity, oracle).mean()), 4)
