@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from cache_runtime.keys import CacheKey, ExactKey, PrefixKey, SemanticKey, parse_key
 from cache_runtime.metrics import CacheMetrics
+from cache_runtime.sessions import SessionPages
 from cache_runtime.tiers.base import Tier
 
 TtlMode = Literal["fixed", "renew"]
@@ -66,6 +67,8 @@ class HybridCache:
         if unknown:
             raise ValueError(f"write_through names unknown tiers: {sorted(unknown)}")
         self.metrics = metrics or CacheMetrics()
+        # what each live conversation read: `end_session` cools the entries only it read
+        self.sessions: SessionPages[str] = SessionPages()
         self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
         self._renew_lock = threading.Lock()
         # key -> monotonic_ns of its last put or delete: copies of older values are stale
@@ -313,6 +316,13 @@ class HybridCache:
             if hasattr(tier, "cool"):
                 cooled += self._call(tier, "cool", tier.cool, texts) or 0
         return cooled
+
+    def end_session(self, tenant: str, session: str) -> int:
+        """The application's "conversation ended", by session id: cools the entries that only
+        this session read (recorded by `kv_pages` calls given `session=`, or by the caller with
+        `sessions.read`); entries other sessions read too stay warm. Session ids are scoped by
+        tenant. Returns how many of the cooled entries were cached."""
+        return self.cool(self.sessions.end((tenant, session)))
 
     # -- housekeeping --------------------------------------------------------------------------
 

@@ -120,6 +120,7 @@ def store_prefix(
     tokens: Sequence[int],
     kv_cache: Any,
     turn: int | None = None,
+    session: str | None = None,
     **put_options: Any,
 ) -> int:
     """Store the full pages of `tokens` from a transformers cache holding their KV.
@@ -131,6 +132,8 @@ def store_prefix(
     `turn`: the request's turn in its conversation, when the application knows it. From the
     second turn on, a conversation is live and its next turn reads these pages again, so they
     go in with `Hint.CONVERSATION` (measured by `preheat bench cache`: `preheat_app_hints`).
+    `session`: the conversation's id, when the application has one: the stored pages count as
+    read by it, so that `cache.end_session(tenant, session)` can cool them.
     Returns the number of pages stored; stops at the first page a tier refuses (a later page
     without it would be unusable).
     """
@@ -152,6 +155,8 @@ def store_prefix(
             break
         parent = key
         stored += 1
+    if session is not None:
+        cache.sessions.read((tenant, session), [key.to_string() for key in keys[:stored]])
     return stored
 
 
@@ -167,11 +172,17 @@ def _seq_length(layer: Any) -> int:
 
 
 def stream_prefix(
-    cache: HybridCache, tenant: str, model_id: str, tokens: Sequence[int]
+    cache: HybridCache,
+    tenant: str,
+    model_id: str,
+    tokens: Sequence[int],
+    session: str | None = None,
 ) -> Iterator[KVPage]:
     """Cached pages of `tokens` in order, each yielded as soon as it is fetched; ends at the
     first page not cached, or not whole (see the module's docstring): that one is counted in
-    `cache.metrics.errors` under the tier that served it, op "kv_page", and treated as a miss."""
+    `cache.metrics.errors` under the tier that served it, op "kv_page", and treated as a miss.
+    `session`: as in `store_prefix`; each page yielded counts as read by it."""
+    reader = None if session is None else (tenant, session)
     parent = None
     first: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     for key in page_keys(tenant, model_id, tokens):
@@ -186,18 +197,26 @@ def stream_prefix(
             cache.delete(key)  # so the next prefill of this prefix stores it whole again
             return
         first = first or layers
+        if reader is not None:
+            cache.sessions.read(reader, [key.to_string()])
         yield KVPage(key, layers)
         parent = key
 
 
 def load_prefix(
-    cache: HybridCache, tenant: str, model_id: str, tokens: Sequence[int], config: Any
+    cache: HybridCache,
+    tenant: str,
+    model_id: str,
+    tokens: Sequence[int],
+    config: Any,
+    session: str | None = None,
 ) -> tuple[Any, int]:
-    """(DynamicCache of the longest cached prefix or None, number of tokens it covers)."""
+    """(DynamicCache of the longest cached prefix or None, number of tokens it covers).
+    `session`: as in `store_prefix`."""
     import torch
     from transformers import DynamicCache
 
-    pages = list(stream_prefix(cache, tenant, model_id, tokens))
+    pages = list(stream_prefix(cache, tenant, model_id, tokens, session))
     if not pages:
         return None, 0
     per_layer = []

@@ -260,8 +260,10 @@ class Hint:
     (the application's session id and turn number say so) and has not ended: its next turn
     reads the whole history again. The prefix policies insert such blocks on their "reused"
     side (ARC's T2, SLRU's protected segment) instead of making them earn it with a second hit.
-    The other hints have their own calls: "conversation ended" is `MemoryTier.cool` /
-    `HybridCache.cool`, "pin with TTL" is `put(pinned=True, ttl_s=...)`."""
+    The other hints have their own calls: "conversation ended" is
+    `HybridCache.end_session(tenant, session)` (cools the entries only that session read, as
+    recorded by `kv_pages` calls given its id) or `cool(keys)` for keys the caller chose; "pin
+    with TTL" is `put(pinned=True, ttl_s=...)`."""
 
     TAIL = "tail"
     CONVERSATION = "conversation"

@@ -8,9 +8,8 @@ it, as a session id does. The "conversation ended" call is the application's (th
 the chat); in a recorded trace it is placed right after the conversation's last request — in
 hindsight, which is what an explicit close at that moment gives the application.
 
-Which blocks are a conversation's own (what "ended" may cool): the new blocks of its follow-up
-turns and the last block of each of its requests. Not its first turn's other blocks: those may
-be a shared system prompt or document that other conversations read too.
+What "ended" cools is chosen by the cache's own `SessionPages`, as a gateway would use it: the
+blocks no other conversation has read so far.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cache_runtime.sessions import SessionPages
 from cache_runtime.simulator import AppHints
 from flows.bench.traces import AccessTrace
 
@@ -27,7 +27,6 @@ from flows.bench.traces import AccessTrace
 class Conversations:
     session: np.ndarray  # (R,) int64 conversation id of each request, in order of first turn
     turn: np.ndarray  # (R,) int64 0 for a conversation's first request
-    own: list[list[int]]  # per request: the blocks that are the conversation's own
 
     @property
     def count(self) -> int:
@@ -46,44 +45,41 @@ def find_conversations(trace: AccessTrace) -> Conversations:
     known: dict[tuple[int, ...], tuple[int, int]] = {}  # complete blocks -> (session, turn)
     session: list[int] = []
     turn: list[int] = []
-    own: list[list[int]] = []
     opened = 0
     for start, end in zip(starts, ends, strict=True):
         blocks = tuple(blocks_of[start:end])
-        found, matched = None, 0
+        found = None
         # the longest earlier prompt it extends, of two blocks at least: one block in common
         # is a shared system prompt's first block as often as it is a conversation
         for length in range(len(blocks) - 1, 1, -1):
             found = known.get(blocks[:length])
             if found is not None:
-                matched = length
                 break
         if found is None:
             session.append(opened)
             opened += 1
             turn.append(0)
-            own.append(list(blocks[-1:]))
         else:
             session.append(found[0])
             turn.append(found[1] + 1)
-            own.append(list(blocks[matched:]))
         known[blocks[:-1]] = (session[-1], turn[-1])
-    return Conversations(np.array(session, dtype=np.int64), np.array(turn, dtype=np.int64), own)
+    return Conversations(np.array(session, dtype=np.int64), np.array(turn, dtype=np.int64))
 
 
 def app_hints(trace: AccessTrace, conversations: Conversations) -> AppHints:
     """Per access: inside a follow-up turn (a live conversation: `Hint.CONVERSATION`); after a
-    conversation's last request: its own blocks, declared cold."""
-    starts = trace.request_starts
-    lengths = np.diff(np.append(starts, len(trace.accesses)))
+    conversation's last request: the blocks `SessionPages` says only it has read, declared cold."""
+    starts = trace.request_starts.tolist()
+    ends = [*starts[1:], len(trace.accesses)]
+    lengths = np.diff(np.append(trace.request_starts, len(trace.accesses)))
     conversation = np.repeat(conversations.turn > 0, lengths)
-    last_request: dict[int, int] = {}
-    owned: dict[int, list[int]] = {}
-    for request, sid in enumerate(conversations.session.tolist()):
-        last_request[sid] = request
-        owned.setdefault(sid, []).extend(conversations.own[request])
-    cool_after = {
-        int(starts[request] + lengths[request] - 1): owned[sid]
-        for sid, request in last_request.items()
-    }
+    sessions = conversations.session.tolist()
+    last_request = {sid: request for request, sid in enumerate(sessions)}
+    tracker: SessionPages[int] = SessionPages()
+    blocks = trace.accesses.tolist()
+    cool_after: dict[int, list[int]] = {}
+    for request, sid in enumerate(sessions):
+        tracker.read(sid, blocks[starts[request] : ends[request]])
+        if last_request[sid] == request:
+            cool_after[ends[request] - 1] = tracker.end(sid)
     return AppHints(conversation, cool_after)

@@ -497,3 +497,24 @@ def test_an_answer_computed_before_an_invalidation_is_not_stored_after_it() -> N
     looked_up = time.monotonic_ns()
     assert cache.put(k("rate"), b"rate from the new source", since_ns=looked_up)
     assert cache.get(k("rate")) == b"rate from the new source"
+
+
+def test_a_sessions_end_cools_only_what_no_other_session_read() -> None:
+    cache = HybridCache([MemoryTier(40, policy="lru")])
+    for name in ("system-prompt", "chat-a-history", "chat-b-history", "recent"):
+        cache.put(k(name), b"x" * 10)
+    cache.sessions.read(
+        ("acme", "a"), [k(n).to_string() for n in ("system-prompt", "chat-a-history")]
+    )
+    cache.sessions.read(
+        ("acme", "b"), [k(n).to_string() for n in ("system-prompt", "chat-b-history")]
+    )
+    cache.get(k("system-prompt"))
+    cache.get(k("chat-a-history"))  # the most recently used, yet a's end makes it go first
+    assert cache.end_session("globex", "a") == 0  # another tenant's session "a": nothing
+    assert cache.end_session("acme", "a") == 1
+    cache.put(k("new"), b"x" * 10)
+    cache.put(k("newer"), b"x" * 10)
+    assert cache.get(k("chat-a-history")) is None
+    assert cache.get(k("chat-b-history")) is None  # then plain LRU order
+    assert cache.get(k("system-prompt")) == b"x" * 10  # b read it too: never cooled

@@ -83,6 +83,24 @@ def test_pages_stream_in_order_and_stop_at_a_hole(model_and_tokens) -> None:
     assert [p.key.depth for p in streamed] == [1]
 
 
+def test_a_sessions_pages_are_cooled_when_it_ends_but_not_pages_another_session_read(
+    model_and_tokens,
+) -> None:
+    model, tokens = model_and_tokens
+    with torch.no_grad():
+        kv = model(torch.tensor([tokens]), use_cache=True).past_key_values
+    keys = [key.to_string() for key in page_keys("acme", "tiny-gpt2", tokens)]
+    tier = MemoryTier(64 * 1024 * 1024, policy="lru")
+    cache = HybridCache([tier])
+    assert store_prefix(cache, "acme", "tiny-gpt2", tokens, kv, session="chat-1") == 4
+    # another chat reads the first two pages (a shared system prompt)
+    assert len(list(stream_prefix(cache, "acme", "tiny-gpt2", tokens[:40], session="chat-2"))) == 2
+    assert cache.end_session("acme", "chat-1") == 2
+    order = list(tier.policy._order)  # type: ignore[attr-defined]
+    assert order[:2] == keys[2:4][::-1]  # chat-1's own pages are the next to go
+    assert cache.end_session("acme", "chat-2") == 0  # it only read pages chat-1 read first
+
+
 def test_a_follow_up_turns_pages_go_in_as_a_live_conversation(model_and_tokens) -> None:
     """turn >= 1: the body pages sit on the policy's reused side (ARC's T2); the prompt's last
     page stays a cold tail; a first turn's pages start on the seen-once side (T1)."""

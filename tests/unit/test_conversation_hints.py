@@ -31,15 +31,13 @@ def test_follow_ups_extend_an_earlier_prompts_complete_blocks() -> None:
     assert found.session.tolist() == [0, 0, 1, 0]
     assert found.turn.tolist() == [0, 1, 0, 2]
     assert found.count == 2 and found.follow_ups == 2
-    # own blocks: a first turn's tail only (the rest may be a shared system prompt); a
-    # follow-up's new blocks
-    assert found.own == [[90], [4, 5, 91], [92], [6, 93]]
 
     hints = app_hints(trace, found)
     assert hints.conversation.tolist() == [False] * 4 + [True] * 6 + [False] * 4 + [True] * 7
+    # "ended" cools the blocks only that conversation read: 1 and 2 were read by both
+    assert hints.cool_after[13] == [7, 92]  # conversation 1 ended after its only request
     last_access = len(trace.accesses) - 1
-    assert sorted(hints.cool_after[last_access]) == [4, 5, 6, 90, 91, 93]
-    assert hints.cool_after[13] == [92]  # conversation 1 ended after its only request
+    assert hints.cool_after[last_access] == [3, 90, 4, 5, 91, 6, 93]
 
 
 @pytest.mark.parametrize("policy", [PrefixARC, PrefixSLRU])
@@ -88,7 +86,7 @@ def test_conversation_hints_buy_hits_on_a_conversation_workload() -> None:
     hinted = replay_with_app_hints(
         DuelingPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity, hints
     )
-    assert hinted.sum() > plain.sum() * 1.15  # measured: 2057 vs 1631 hits
+    assert hinted.sum() > plain.sum() * 1.3  # measured: 2306 vs 1631 hits
 
 
 def test_app_hints_of_the_wrong_length_are_rejected() -> None:
