@@ -160,7 +160,8 @@ class HybridCache:
         (the lookup that missed, before generating the answer). If the key was invalidated or
         written since, the value may come from the old source: it is not stored (False,
         counted as "superseded"), so an answer computed before an invalidation never lands
-        after it."""
+        after it. The same holds for an invalidation that runs while this put is writing:
+        the put then deletes what it wrote and returns False."""
         text = key if isinstance(key, str) else key.to_string()
         parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
         kind = key_kind(text)
@@ -175,7 +176,7 @@ class HybridCache:
             else:
                 self._renew.pop(text, None)
         with self._copy_lock:  # copies of older values in flight are dropped from now on
-            self._fence(text)
+            mine = self._fence(text)
         stored = False
         for tier in self.tiers:
             if tier.name not in self.write_through:  # an older promoted or demoted copy
@@ -187,6 +188,17 @@ class HybridCache:
             )  # fmt: skip
             self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
             stored = stored or bool(ok)  # a refusing tier drops its older value (`Tier.put`)
+        with self._copy_lock:
+            superseded = self._fences.get(text) != mine
+        if superseded:
+            # An invalidation or another put ran while this one was writing. Its deletes (or
+            # writes) may have reached a tier before this put's write did, leaving this value,
+            # which may come from the old source, or be older than the other put's, served
+            # after it. Delete it everywhere: a miss, never a wrong answer. (Two racing puts
+            # of a key thus both end as a miss: the next lookup recomputes.)
+            self._delete(text)
+            self.metrics.writes.labels("all", kind, "superseded").inc()
+            return False
         return stored
 
     def delete(self, key: CacheKey | str) -> bool:

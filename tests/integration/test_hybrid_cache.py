@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -518,3 +518,60 @@ def test_a_sessions_end_cools_only_what_no_other_session_read() -> None:
     assert cache.get(k("chat-a-history")) is None
     assert cache.get(k("chat-b-history")) is None  # then plain LRU order
     assert cache.get(k("system-prompt")) == b"x" * 10  # b read it too: never cooled
+
+
+class SlowWriteTier(MemoryTier):
+    """A tier whose puts wait for a signal before storing: to run an invalidation or a second
+    put while a put's write is in flight."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.writing, self.release = threading.Event(), threading.Event()
+        self.slow_values: set[bytes] = set()
+
+    def put(self, key: str, value: bytes, **options: object) -> bool:
+        if value in self.slow_values:
+            self.writing.set()
+            self.release.wait(10)
+        return super().put(key, value, **options)  # type: ignore[arg-type]
+
+
+def put_in_thread(cache: HybridCache, key: ExactKey, value: bytes, **options: object) -> Callable:
+    """Start `cache.put` in a thread; returns a function that waits for and returns its result."""
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(cache.put(key, value, **options)))
+    thread.start()
+
+    def outcome() -> bool:
+        thread.join(10)
+        return result[0]
+
+    return outcome
+
+
+def test_a_put_still_writing_when_an_invalidation_runs_does_not_land_after_it() -> None:
+    tier = SlowWriteTier(1000)
+    cache = HybridCache([tier])
+    tier.slow_values.add(b"rate from the old source")
+    looked_up = time.monotonic_ns()
+    outcome = put_in_thread(cache, k("rate"), b"rate from the old source", since_ns=looked_up)
+    assert tier.writing.wait(10)  # past its fence check, its write not landed yet
+    cache.invalidate(k("rate"))  # the source changed; invalidate returns before the write
+    tier.release.set()
+    assert outcome() is False
+    assert cache.get(k("rate")) is None
+    assert cache.metrics.value(
+        "preheat_cache_writes_total", tier="all", kind="exact", result="superseded"
+    )
+
+
+def test_the_older_of_two_racing_puts_is_never_left_over_the_newer() -> None:
+    tier = SlowWriteTier(1000)
+    cache = HybridCache([tier])
+    tier.slow_values.add(b"limit=100")
+    older = put_in_thread(cache, k("limit"), b"limit=100")
+    assert tier.writing.wait(10)
+    assert cache.put(k("limit"), b"limit=50")  # the newer put lands first
+    tier.release.set()  # then the older write lands over it
+    assert older() is False
+    assert cache.get(k("limit")) in (None, b"limit=50")  # a miss at worst, never limit=100
