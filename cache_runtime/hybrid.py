@@ -35,6 +35,9 @@ from cache_runtime.tiers.base import Tier
 TtlMode = Literal["fixed", "renew"]
 _FENCE_LIMIT = 10_000
 _FENCE_TTL_NS = 10 * 1_000_000_000
+# How long an invalidation waits for puts of its key that were writing when it began (tier
+# calls have their own, shorter timeouts: Redis's socket timeout, the SSD's lock_timeout_s)
+_WRITE_WAIT_S = 30.0
 _UNKNOWN = object()  # what a tier call that raised returns where None means something
 
 
@@ -76,6 +79,8 @@ class HybridCache:
         self._refilling: dict[str, int] = {}  # key -> refills in flight (their fences are kept)
         # Re-entrant: a promotion into memory can evict there, and that eviction demotes below.
         self._copy_lock = threading.RLock()  # fence checks and the copies they guard
+        self._writing: dict[str, list[int]] = {}  # key -> the fences of its puts still writing
+        self._writes_done = threading.Condition(self._copy_lock)
         self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
         for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
             if hasattr(upper, "on_evict"):
@@ -177,25 +182,33 @@ class HybridCache:
                 self._renew.pop(text, None)
         with self._copy_lock:  # copies of older values in flight are dropped from now on
             mine = self._fence(text)
+            self._writing.setdefault(text, []).append(mine)
         stored = False
-        for tier in self.tiers:
-            if tier.name not in self.write_through:  # an older promoted or demoted copy
-                self._call(tier, "delete", tier.delete, text)
-                continue
-            ok = self._call(
-                tier, "put", tier.put, text, value,
-                ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
-            )  # fmt: skip
-            self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
-            stored = stored or bool(ok)  # a refusing tier drops its older value (`Tier.put`)
-        with self._copy_lock:
-            superseded = self._fences.get(text) != mine
+        try:
+            for tier in self.tiers:
+                if tier.name not in self.write_through:  # an older promoted or demoted copy
+                    self._call(tier, "delete", tier.delete, text)
+                    continue
+                ok = self._call(
+                    tier, "put", tier.put, text, value,
+                    ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
+                )  # fmt: skip
+                self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
+                stored = stored or bool(ok)  # a refusing tier drops its older value (`Tier.put`)
+        finally:
+            with self._copy_lock:
+                writing = self._writing[text]
+                writing.remove(mine)
+                if not writing:
+                    del self._writing[text]
+                superseded = self._fences.get(text) != mine
+                self._writes_done.notify_all()
         if superseded:
-            # An invalidation or another put ran while this one was writing. Its deletes (or
-            # writes) may have reached a tier before this put's write did, leaving this value,
-            # which may come from the old source, or be older than the other put's, served
-            # after it. Delete it everywhere: a miss, never a wrong answer. (Two racing puts
-            # of a key thus both end as a miss: the next lookup recomputes.)
+            # An invalidation or another put ran while this one was writing: its deletes (or
+            # writes) may have reached a tier before this put's write, and this value may
+            # come from the old source, or be older than the other put's. It goes (a miss,
+            # never a wrong answer; two racing puts of a key both end so). An invalidation
+            # also waits for this put and deletes again (`_delete`): none is served after it.
             self._delete(text)
             self.metrics.writes.labels("all", kind, "superseded").inc()
             return False
@@ -213,6 +226,9 @@ class HybridCache:
         value from a tier not deleted yet and promoted it into one already cleared. Copies
         take the copy lock to check the fence and write, so once the second fence is set none
         is half done: what landed before it goes with the second delete, and none lands after.
+        Puts do not write under the copy lock, so a put that began before this delete may
+        still be writing: it is waited for (at most `_WRITE_WAIT_S`), and the deletes run
+        once more. That put finds its fence overtaken and returns False.
         The deletes run outside the copy lock: a slow or unreachable tier would stall every
         copy meanwhile. (Copies do call tiers under it, to check and write as one; no tier
         takes the copy lock while holding a lock of its own: the memory tier and the SSD hand
@@ -220,13 +236,32 @@ class HybridCache:
         with self._renew_lock:
             self._renew.pop(text, None)
         with self._copy_lock:
-            self._fence(text)
+            first = self._fence(text)
+        found, fence = self._delete_fenced(text)
+        with self._copy_lock:  # puts that began before this delete and are still writing
+            overtaken = self._writing_before(text, first)
+            if overtaken and not self._writes_done.wait_for(
+                lambda: not self._writing_before(text, first), timeout=_WRITE_WAIT_S
+            ):
+                self.metrics.errors.labels("all", "invalidate_wait").inc()
+        if overtaken:  # what they wrote after the deletes above goes now
+            with self._copy_lock:
+                self._fence(text)
+            fence = self._delete_fenced(text)[1]
+        return found, fence
+
+    def _delete_fenced(self, text: str) -> tuple[bool, int]:
+        """Delete from every tier, fence, delete again from the tiers a promotion writes."""
         results = [self._call(t, "delete", t.delete, text) for t in self.tiers]
         with self._copy_lock:
             fence = self._fence(text)
         for tier in self.tiers[:-1]:
             self._call(tier, "delete", tier.delete, text)
         return any(results), fence
+
+    def _writing_before(self, text: str, fence: int) -> bool:
+        """Whether a put of `text` that fenced before `fence` is still writing (lock held)."""
+        return any(started < fence for started in self._writing.get(text, ()))
 
     def _fence(self, key: str) -> int:
         """Fence `key` now (copy lock held) and forget fences nothing can need any more.

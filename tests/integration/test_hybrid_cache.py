@@ -556,10 +556,15 @@ def test_a_put_still_writing_when_an_invalidation_runs_does_not_land_after_it() 
     looked_up = time.monotonic_ns()
     outcome = put_in_thread(cache, k("rate"), b"rate from the old source", since_ns=looked_up)
     assert tier.writing.wait(10)  # past its fence check, its write not landed yet
-    cache.invalidate(k("rate"))  # the source changed; invalidate returns before the write
+    invalidation = threading.Thread(target=cache.invalidate, args=(k("rate"),))
+    invalidation.start()  # the source changed
+    invalidation.join(0.3)
+    assert invalidation.is_alive()  # it waits for the put that began before it
     tier.release.set()
+    invalidation.join(10)
+    assert not invalidation.is_alive()
+    assert cache.get(k("rate")) is None  # the late write was deleted before invalidate returned
     assert outcome() is False
-    assert cache.get(k("rate")) is None
     assert cache.metrics.value(
         "preheat_cache_writes_total", tier="all", kind="exact", result="superseded"
     )
