@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
+from cache_runtime.invalidation import InvalidationFeed
 from cache_runtime.keys import CacheKey, ExactKey, PrefixKey, SemanticKey, parse_key
 from cache_runtime.metrics import CacheMetrics
 from cache_runtime.sessions import SessionPages
@@ -39,6 +40,8 @@ _FENCE_TTL_NS = 10 * 1_000_000_000
 # calls have their own, shorter timeouts: Redis's socket timeout, the SSD's lock_timeout_s)
 _WRITE_WAIT_S = 30.0
 _UNKNOWN = object()  # what a tier call that raised returns where None means something
+# Keys that can go stale (answers); KV pages ("prefix") are keyed by their tokens and weights
+_ANSWER_KINDS = frozenset({"exact", "semantic"})
 
 
 def key_kind(key: str) -> str:
@@ -58,7 +61,11 @@ class HybridCache:
         write_through: Sequence[str] | None = None,
         metrics: CacheMetrics | None = None,
         refill_workers: int = 2,
+        feed: InvalidationFeed | None = None,
     ) -> None:
+        """`feed`: the Redis stream through which this process's deletes reach the other
+        processes' own tiers and theirs reach it (`invalidation.py`); None for a cache no
+        other process shares."""
         if not tiers:
             raise ValueError("a hybrid cache needs at least one tier")
         names = [t.name for t in tiers]
@@ -85,6 +92,11 @@ class HybridCache:
         for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
             if hasattr(upper, "on_evict"):
                 upper.on_evict = self._demoter(lower)
+        # the tiers only this process (or node) sees: what the feed keeps in step
+        self._own_tiers = [t for t in self.tiers if not getattr(t, "shared", False)]
+        self._feed = feed
+        if feed is not None:
+            feed.start(self._apply_remote_deletes, self._drop_own_answers)
 
     # -- core ----------------------------------------------------------------------------------
 
@@ -106,7 +118,12 @@ class HybridCache:
         parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
         kind = key_kind(text)
         started = time.monotonic_ns()
+        # another process may have deleted an answer that this process has not heard of yet
+        unsure = self._feed is not None and kind in _ANSWER_KINDS and not self._feed.healthy()
         for depth, tier in enumerate(self.tiers):
+            if unsure and tier in self._own_tiers:
+                self.metrics.lookups.labels(tier.name, kind, "skipped").inc()
+                continue
             value = self._call(tier, "get", tier.get, text)
             hit = value is not None
             self.metrics.lookups.labels(tier.name, kind, "hit" if hit else "miss").inc()
@@ -218,7 +235,7 @@ class HybridCache:
         text = key if isinstance(key, str) else key.to_string()
         return self._delete(text)[0]
 
-    def _delete(self, text: str) -> tuple[bool, int]:
+    def _delete(self, text: str, publish: bool = True) -> tuple[bool, int]:
         """Delete everywhere; returns (whether a tier held it, the fence left).
 
         Fence, delete, fence again, and delete again from every tier a promotion can write
@@ -248,7 +265,38 @@ class HybridCache:
             with self._copy_lock:
                 self._fence(text)
             fence = self._delete_fenced(text)[1]
+        if publish and self._feed is not None and not self._feed.publish([text]):
+            self.metrics.errors.labels("all", "publish").inc()  # retried by the feed
         return found, fence
+
+    def _apply_remote_deletes(self, keys: list[str]) -> None:
+        """Another process deleted these: delete them here too, from every tier (Redis
+        included: a put of this process may have written an older value there after it)."""
+        for key in keys:
+            self._delete(key, publish=False)
+
+    def _drop_own_answers(self) -> bool:
+        """The feed may have missed deletions: drop every answer this process's own tiers
+        hold (KV pages stay: they cannot go stale). Fenced, so no copy in flight lands after.
+        False if a tier could not list or delete them all (a tier without `keys()` cannot)."""
+        complete = True
+        for tier in self._own_tiers:
+            listing = getattr(tier, "keys", None)
+            keys = (
+                _UNKNOWN
+                if listing is None
+                else self._call(tier, "keys", listing, on_error=_UNKNOWN)
+            )
+            if keys is _UNKNOWN:
+                complete = False
+                continue
+            for key in keys:
+                if key_kind(key) in _ANSWER_KINDS:
+                    with self._copy_lock:
+                        self._fence(key)
+                    deleted = self._call(tier, "delete", tier.delete, key, on_error=_UNKNOWN)
+                    complete = complete and deleted is not _UNKNOWN
+        return complete
 
     def _delete_fenced(self, text: str) -> tuple[bool, int]:
         """Delete from every tier, fence, delete again from the tiers a promotion writes."""
@@ -381,6 +429,8 @@ class HybridCache:
                 self.metrics.evictions.labels(tier.name).set(stats.evictions)
 
     def close(self) -> None:
+        if self._feed is not None:
+            self._feed.close()
         self._refills.shutdown(wait=True)
         for tier in self.tiers:
             self._call(tier, "close", tier.close)

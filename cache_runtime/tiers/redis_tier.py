@@ -110,6 +110,8 @@ class RedisTier:
     """A tier in Redis under `namespace`; `client` is a redis-py client (standalone or cluster:
     a `RedisCluster` or a `LazyRedisCluster`)."""
 
+    shared = True  # every process sees the same entries (see `HybridCache`'s invalidation feed)
+
     def __init__(
         self,
         client: Any,

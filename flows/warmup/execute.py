@@ -88,25 +88,38 @@ def node_cache(
     process (a Prefect worker) cannot place anything in a serving process's memory, so what
     must outlive it goes to the tiers that do (SSD, Redis); the serving process promotes it
     into memory on first use. No Redis tier without a configured URL: a private Redis started
-    for the run would vanish with it.
+    for the run would vanish with it. With Redis and a tier of its own, the process joins the
+    invalidation feed (`cache_runtime/invalidation.py`): deletes anywhere reach its memory and
+    SSD, and while it cannot hear of them it answers nothing from those two.
     """
     from cache_runtime.heat import decay_params_path, tuned_half_life_s
     from cache_runtime.hybrid import HybridCache
+    from cache_runtime.invalidation import InvalidationFeed
     from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
 
     tiers: list[Any] = []
+    ssd_dir = Path(settings.data_dir) / "cache" / "ssd"
     if memory_bytes > 0:
         tiers.append(MemoryTier(memory_bytes))
     if ssd_bytes > 0:
         # The SSD tier ranks by decayed access frequency: with the half-life `tune-decay` chose.
         half_life = tuned_half_life_s(decay_params_path(settings.data_dir))
-        tiers.append(SSDTier(Path(settings.data_dir) / "cache" / "ssd", ssd_bytes, half_life))
+        tiers.append(SSDTier(ssd_dir, ssd_bytes, half_life))
+    feed = None
     if settings.redis_url:
         client = redis_client(settings.redis_url, cluster=settings.redis_cluster)
         tiers.append(RedisTier(client, namespace=redis_namespace))
+        if len(tiers) > 1:  # tiers of this process's own, which other processes' deletes must reach
+            feed = InvalidationFeed(
+                redis_client(
+                    settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=5.0
+                ),
+                namespace=redis_namespace,
+                position_path=ssd_dir / "feed.position" if ssd_bytes > 0 else None,
+            )
     if not tiers:
         raise ValueError("no cache tier: give memory or SSD bytes, or a Redis URL")
-    return HybridCache(tiers)
+    return HybridCache(tiers, feed=feed)
 
 
 # -- ledger -----------------------------------------------------------------------------------

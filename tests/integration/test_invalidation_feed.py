@@ -1,0 +1,212 @@
+"""Invalidation across processes, with a real Redis: a delete made by one cache instance reaches
+the memory and SSD tiers of the others (each instance has its own feed, connections and origin,
+as a separate gateway replica would), and a replica that may have missed one does not serve
+answers from its own tiers."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import FakeClock, wait_until
+
+from cache_runtime.hybrid import HybridCache
+from cache_runtime.invalidation import InvalidationFeed
+from cache_runtime.keys import ExactKey, PrefixKey
+from cache_runtime.services import RedisClusterServers, RedisServer
+from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
+
+pytestmark = pytest.mark.integration
+
+
+def k(prompt: str) -> ExactKey:
+    return ExactKey.of("acme", "m", prompt)
+
+
+class Replica:
+    """One gateway process's cache: memory (and SSD when given a directory) over the shared
+    Redis (a Redis Cluster with `cluster`), with its own invalidation feed."""
+
+    def __init__(
+        self,
+        url: str,
+        namespace: str,
+        ssd_dir: Path | None = None,
+        cluster: bool = False,
+        **feed_options: object,
+    ) -> None:
+        self.memory = MemoryTier(1 << 20)
+        self.ssd = None if ssd_dir is None else SSDTier(ssd_dir, 1 << 20)
+        tiers = [self.memory, *([self.ssd] if self.ssd else [])]
+        tier_client = redis_client(url, socket_timeout_s=0.5, cluster=cluster)
+        tiers.append(RedisTier(tier_client, namespace=namespace))
+        options = {"stale_after_s": 1.0, "block_ms": 100, **feed_options}
+        if ssd_dir is not None:
+            options.setdefault("position_path", ssd_dir / "feed.position")
+        self.feed = InvalidationFeed(
+            redis_client(url, socket_timeout_s=2.0, cluster=cluster),
+            namespace=namespace,
+            **options,
+        )
+        self.cache = HybridCache(tiers, feed=self.feed)
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"feed{uuid.uuid4().hex[:8]}"
+
+
+class Restartable:
+    """A Redis of the test's own, which it may stop and start again on the same port."""
+
+    def __init__(self) -> None:
+        self.current = RedisServer().start()
+        self.url = self.current.url
+
+    def stop(self) -> None:
+        self.current.stop()
+
+    def restart(self) -> None:
+        self.current = RedisServer(port=self.current.port).start()
+
+
+@pytest.fixture
+def server() -> Iterator[Restartable]:
+    started = Restartable()
+    yield started
+    started.stop()
+
+
+def test_a_delete_in_one_replica_reaches_the_others_memory(redis_url: str, namespace: str) -> None:
+    a, b = Replica(redis_url, namespace), Replica(redis_url, namespace)
+    try:
+        wait_until(lambda: a.feed.healthy() and b.feed.healthy())
+        a.cache.put(k("nav"), b"NAV=101.2")
+        assert b.cache.get(k("nav")) == b"NAV=101.2"  # promoted into b's memory
+        assert b.memory.contains(k("nav").to_string())
+        a.cache.invalidate(k("nav"))  # the fund's NAV was restated
+        wait_until(lambda: not b.memory.contains(k("nav").to_string()))
+        assert b.cache.get(k("nav")) is None
+        # b's own deletes reach a the same way
+        b.cache.put(k("fee"), b"fee=1%")
+        assert a.cache.get(k("fee")) == b"fee=1%"
+        b.cache.delete(k("fee"))
+        wait_until(lambda: not a.memory.contains(k("fee").to_string()))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_feed_works_over_a_redis_cluster(namespace: str) -> None:
+    with RedisClusterServers(masters=3) as cluster:
+        a = Replica(cluster.url, namespace, cluster=True)
+        b = Replica(cluster.url, namespace, cluster=True)
+        try:
+            wait_until(lambda: a.feed.healthy() and b.feed.healthy())
+            for i in range(20):  # keys on every master; the stream on one
+                a.cache.put(k(f"q{i}"), b"v")
+                assert b.cache.get(k(f"q{i}")) == b"v"
+            for i in range(20):
+                a.cache.delete(k(f"q{i}"))
+            wait_until(
+                lambda: not any(b.memory.contains(k(f"q{i}").to_string()) for i in range(20))
+            )
+            assert a.feed.pending() == 0
+        finally:
+            a.close()
+            b.close()
+
+
+def test_answers_are_not_served_from_own_tiers_while_the_feed_is_behind(
+    server: Restartable, namespace: str
+) -> None:
+    replica = Replica(server.url, namespace)
+    page = PrefixKey.chain("acme", "m", [list(range(16))])[0]
+    try:
+        wait_until(replica.feed.healthy)
+        replica.cache.put(k("rate"), b"rate=4.5%")
+        replica.cache.put(page, b"kv page")
+        server.stop()  # the feed cannot hear of other replicas' deletes any more
+        wait_until(lambda: not replica.feed.healthy())
+        assert replica.cache.get(k("rate")) is None  # held in memory, but maybe deleted
+        assert replica.cache.get(page) == b"kv page"  # a KV page cannot go stale
+        assert replica.cache.metrics.value(
+            "preheat_cache_lookups_total", tier="memory", kind="exact", result="skipped"
+        )
+        server.restart()
+        wait_until(replica.feed.healthy)
+        assert replica.cache.get(k("rate")) == b"rate=4.5%"
+    finally:
+        replica.close()
+
+
+def test_a_publish_that_failed_is_retried_until_the_others_hear_of_it(
+    server: Restartable, namespace: str
+) -> None:
+    a, b = Replica(server.url, namespace), Replica(server.url, namespace)
+    try:
+        wait_until(lambda: a.feed.healthy() and b.feed.healthy())
+        a.cache.put(k("limit"), b"limit=5M")
+        assert b.cache.get(k("limit")) == b"limit=5M"
+        server.stop()
+        a.cache.delete(k("limit"))
+        assert a.feed.pending() == 1
+        assert a.cache.metrics.value("preheat_cache_errors_total", tier="all", op="publish") == 1
+        assert b.memory.contains(k("limit").to_string())  # b cannot know yet, and serves
+        wait_until(lambda: not b.feed.healthy())  # it for at most stale_after_s
+        assert b.cache.get(k("limit")) is None
+        server.restart()
+        wait_until(lambda: a.feed.pending() == 0)
+        wait_until(lambda: not b.memory.contains(k("limit").to_string()))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_replica_that_may_have_missed_deletes_drops_its_own_answers(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """A restart long after the node's last read (longer than the stream keeps entries): the
+    SSD's answers go, its KV pages stay. A restart soon after keeps both."""
+    clock = FakeClock()
+    page = PrefixKey.chain("acme", "m", [list(range(16))])[0]
+    first = Replica(redis_url, namespace, tmp_path / "ssd", retention_s=60.0, clock=clock)
+    try:
+        wait_until(first.feed.healthy)
+        first.cache.put(k("quote"), b"quote=12.1")
+        first.cache.put(page, b"kv page")
+        wait_until(lambda: (tmp_path / "ssd" / "feed.position").exists())
+    finally:
+        first.close()
+    assert first.ssd is not None
+
+    clock.now += 30  # back within the retention: resumes where the node left off
+    soon = Replica(redis_url, namespace, tmp_path / "ssd", retention_s=60.0, clock=clock)
+    try:
+        wait_until(soon.feed.healthy)
+        assert soon.ssd is not None and soon.ssd.contains(k("quote").to_string())
+    finally:
+        soon.close()
+
+    clock.now += 120  # down for longer than the stream keeps deletes
+    late = Replica(redis_url, namespace, tmp_path / "ssd", retention_s=60.0, clock=clock)
+    try:
+        wait_until(late.feed.healthy)
+        assert late.ssd is not None
+        assert not late.ssd.contains(k("quote").to_string())
+        assert late.ssd.contains(page.to_string())
+        assert late.cache.get(k("quote")) == b"quote=12.1"  # Redis, which deletes reach, has it
+    finally:
+        late.close()
+
+
+def test_feed_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        InvalidationFeed(None, retention_s=0)
+    with pytest.raises(ValueError, match="longer than one blocking read"):
+        InvalidationFeed(None, stale_after_s=0.1, block_ms=500)
