@@ -32,7 +32,10 @@ class CacheSizeError(ValueError):
     """A cache size too small for a peer policy (checked before any replay)."""
 
 
-def _libcachesim_hits(name: str, trace: AccessTrace, capacity: int, oracle: Path) -> np.ndarray:
+def libcachesim_hits(name: str, trace: AccessTrace, capacity: int, oracle: Path) -> np.ndarray:
+    """(N,) bool: which accesses hit in libCacheSim's `name` policy (LRU, ARC, S3FIFO, Sieve,
+    WTinyLFU, Belady) of `capacity` objects; `oracle`: the trace as an oracleGeneral file
+    (`write_oracle`), which Belady reads for each object's next access."""
     import libcachesim as lcs
 
     cache = getattr(lcs, name)(cache_size=capacity)
@@ -118,7 +121,7 @@ def bench_cache(
             for name in (*LIBCACHESIM_POLICIES, "Belady"):
                 if progress:
                     progress(f"size {fraction}: {name}")
-                hits = _libcachesim_hits(name, trace, capacity, oracle)
+                hits = libcachesim_hits(name, trace, capacity, oracle)
                 row[name], row[f"{name}_prefix"] = _ratios(hits, trace)
             online = [row[n] for n in LIBCACHESIM_POLICIES]
             row["best_online"] = max(online)

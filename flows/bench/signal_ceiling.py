@@ -31,7 +31,7 @@ import numpy as np
 
 from cache_runtime.prefix_policies import DuelingPolicy
 from cache_runtime.simulator import replay
-from flows.bench.cache_bench import _libcachesim_hits
+from flows.bench.cache_bench import libcachesim_hits
 from flows.bench.conversations import find_conversations
 from flows.bench.traces import AccessTrace, write_oracle
 
@@ -158,7 +158,7 @@ def bench_ceiling(trace: AccessTrace, sizes: list[float], samples: int = 32) -> 
             capacity = max(1, round(fraction * unique))
             row: dict[str, float] = {"capacity": capacity}
             for name in ("LRU", "Belady"):
-                row[name] = round(float(_libcachesim_hits(name, trace, capacity, oracle).mean()), 4)
+                row[name] = round(float(libcachesim_hits(name, trace, capacity, oracle).mean()), 4)
             ours = replay(
                 DuelingPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity
             )

@@ -13,7 +13,7 @@ import pytest
 from cache_runtime.policies import LRUPolicy
 from cache_runtime.prefix_policies import DuelingPolicy, PrefixARC, PrefixSLRU
 from cache_runtime.simulator import prefix_hits, replay
-from flows.bench.cache_bench import _libcachesim_hits, bench_cache
+from flows.bench.cache_bench import bench_cache, libcachesim_hits
 from flows.bench.traces import ORACLE_DTYPE, AccessTrace, TraceError, load_trace, write_oracle
 
 
@@ -28,7 +28,7 @@ def test_own_arc_without_hints_tracks_libcachesim_arc(tmp_path: Path) -> None:
     trace = random_trace(20_000, seed=4)
     write_oracle(trace, tmp_path / "t.oracle")
     ours = replay(PrefixARC(tail_cold=False), trace.accesses, trace.request_starts, 60, hints=False)
-    theirs = _libcachesim_hits("ARC", trace, 60, tmp_path / "t.oracle")
+    theirs = libcachesim_hits("ARC", trace, 60, tmp_path / "t.oracle")
     assert abs(ours.mean() - theirs.mean()) < 0.01
 
 
@@ -53,16 +53,16 @@ def test_own_lru_replay_matches_libcachesim_lru_access_by_access(tmp_path: Path)
     trace = random_trace()
     ours = replay(LRUPolicy(), trace.accesses, trace.request_starts, 50, hints=False)
     write_oracle(trace, tmp_path / "t.oracle")
-    theirs = _libcachesim_hits("LRU", trace, 50, tmp_path / "t.oracle")
+    theirs = libcachesim_hits("LRU", trace, 50, tmp_path / "t.oracle")
     assert np.array_equal(ours, theirs)
 
 
 def test_belady_is_an_upper_bound(tmp_path: Path) -> None:
     trace = random_trace(seed=1)
     write_oracle(trace, tmp_path / "t.oracle")
-    belady = _libcachesim_hits("Belady", trace, 50, tmp_path / "t.oracle").mean()
+    belady = libcachesim_hits("Belady", trace, 50, tmp_path / "t.oracle").mean()
     for name in ("LRU", "ARC", "S3FIFO", "Sieve"):
-        assert _libcachesim_hits(name, trace, 50, tmp_path / "t.oracle").mean() <= belady
+        assert libcachesim_hits(name, trace, 50, tmp_path / "t.oracle").mean() <= belady
     assert replay(PrefixSLRU(), trace.accesses, trace.request_starts, 50).mean() <= belady
 
 
