@@ -121,6 +121,7 @@ def store_prefix(
     kv_cache: Any,
     turn: int | None = None,
     session: str | None = None,
+    first: int = 0,
     **put_options: Any,
 ) -> int:
     """Store the full pages of `tokens` from a transformers cache holding their KV.
@@ -134,16 +135,21 @@ def store_prefix(
     go in with `Hint.CONVERSATION` (measured by `preheat bench cache`: `preheat_app_hints`).
     `session`: the conversation's id, when the application has one: the stored pages count as
     read by it, so that `cache.end_session(tenant, session)` can cool them.
+    `first`: the first page to store, when the caller knows the ones before it are cached
+    (rewriting them would cost a copy per page); the pages stored are `first..`.
     Returns the number of pages stored; stops at the first page a tier refuses (a later page
     without it would be unusable).
     """
     if turn is not None and turn < 0:
         raise ValueError(f"turn must be >= 0, got {turn}")
+    if first < 0:
+        raise ValueError(f"first must be >= 0, got {first}")
     body_hint = Hint.CONVERSATION if turn else None
     stored = 0
-    parent = None
     keys = page_keys(tenant, model_id, tokens)
-    for index, key in enumerate(keys[: covered_pages(kv_cache)]):
+    parent = keys[first - 1] if 0 < first <= len(keys) else None
+    for index in range(first, min(len(keys), covered_pages(kv_cache))):
+        key = keys[index]
         start, end = index * PAGE_TOKENS, (index + 1) * PAGE_TOKENS
         # (1, heads, seq, head_dim) -> (1, heads, PAGE_TOKENS, head_dim) per layer
         layers = [
@@ -156,7 +162,8 @@ def store_prefix(
         parent = key
         stored += 1
     if session is not None:
-        cache.sessions.read((tenant, session), [key.to_string() for key in keys[:stored]])
+        written = keys[first : first + stored]
+        cache.sessions.read((tenant, session), [key.to_string() for key in written])
     return stored
 
 

@@ -30,24 +30,32 @@ Key = TypeVar("Key", bound=Hashable)  # cache key strings; trace replays use blo
 
 class SessionPages(Generic[Key]):
     """Thread-safe. `read(session, keys)` as a conversation reads or writes entries;
-    `end(session)` returns the entries only it has read, and forgets the session."""
+    `end(session)` returns the entries only it has read, and forgets the session.
 
-    def __init__(self, max_pages: int = 1_000_000, max_sessions: int = 100_000) -> None:
+    Bounded: at most `max_pages` page records, least recently read dropped first (a shared
+    system prompt, read all the time, stays), and `max_sessions` live sessions, least recently
+    active dropped first (a conversation that never ends: its pages are then never cooled).
+    A dropped page read again starts afresh, owned by its next reader: it had not been read by
+    anyone for longer than `max_pages` other pages, so cooling it then costs little. About 250
+    bytes a page record with 100-character keys: 50 MB at the default."""
+
+    def __init__(self, max_pages: int = 200_000, max_sessions: int = 50_000) -> None:
         if max_pages <= 0 or max_sessions <= 0:
             raise ValueError("max_pages and max_sessions must be positive")
         self.max_pages = max_pages
         self.max_sessions = max_sessions
-        # key -> its only reader so far, or _SHARED; oldest first (what goes when full)
+        # key -> its only reader so far, or _SHARED; least recently read first
         self._owner: OrderedDict[Key, object] = OrderedDict()
-        # live session -> the keys it was the first to read; least recently active first
-        self._first_read: OrderedDict[Hashable, list[Key]] = OrderedDict()
+        # live session -> the keys it was the first to read (and still has a record of), in
+        # that order; least recently active session first
+        self._first_read: OrderedDict[Hashable, dict[Key, None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(self, session: Hashable, keys: Iterable[Key]) -> None:
         with self._lock:
             first = self._first_read.get(session)
             if first is None:
-                first = self._first_read[session] = []
+                first = self._first_read[session] = {}
                 if len(self._first_read) > self.max_sessions:
                     self._first_read.popitem(last=False)  # never ended: its pages stay warm
             else:
@@ -57,20 +65,32 @@ class SessionPages(Generic[Key]):
                 current = owner.get(key)
                 if current is None:
                     owner[key] = session
-                    first.append(key)
-                elif current is not _SHARED and current != session:
+                    first[key] = None
+                    continue
+                owner.move_to_end(key)
+                if current is not _SHARED and current != session:
                     owner[key] = _SHARED
             while len(owner) > self.max_pages:
-                owner.popitem(last=False)
+                dropped, reader = owner.popitem(last=False)
+                if reader is not _SHARED:  # its session's list holds no key without a record
+                    self._first_read.get(reader, {}).pop(dropped, None)
+
+    def live(self, session: Hashable) -> bool:
+        """Whether `session` has read something and not ended: a request of a live session is
+        a follow-up turn (`Hint.CONVERSATION` for the pages it stores)."""
+        with self._lock:
+            return session in self._first_read
 
     def end(self, session: Hashable) -> list[Key]:
         """The entries no other session has read, in the order `session` first read them.
         Their records stay (a session that reads one later makes it shared): a page read
         by one conversation after another ended is shared, not private to the later one."""
         with self._lock:
-            first = self._first_read.pop(session, [])
+            first = self._first_read.pop(session, {})
             return [key for key in first if self._owner.get(key) == session]
 
-    def __len__(self) -> int:
-        """Live sessions tracked."""
-        return len(self._first_read)
+    def stats(self) -> dict[str, int]:
+        """Live sessions, page records, and keys listed under the live sessions."""
+        with self._lock:
+            listed = sum(len(keys) for keys in self._first_read.values())
+            return {"sessions": len(self._first_read), "pages": len(self._owner), "listed": listed}

@@ -1,9 +1,11 @@
 """`create_app(config)`: the gateway's HTTP surface (FastAPI).
 
 Routes: `POST /v1/chat/completions`, `POST /v1/completions` (both streaming or not),
-`POST /v1/embeddings`, `GET /v1/models`, `GET /healthz`, `GET /metrics`,
-`POST /admin/invalidate`. Errors have OpenAI's shape, so the official client raises its usual
-exceptions (401 `AuthenticationError`, 403 `PermissionDeniedError`, 404 `NotFoundError`, ...).
+`POST /v1/embeddings`, `GET /v1/models`, `POST /v1/sessions/end`, `GET /healthz`,
+`GET /metrics`, `POST /admin/invalidate`. Errors have OpenAI's shape, so the official client
+raises its usual exceptions (401 `AuthenticationError`, 403 `PermissionDeniedError`, 404
+`NotFoundError`, ...). A request's `x-preheat-session` header names the client's conversation;
+`POST /v1/sessions/end` ends it (the KV pages only it read go first).
 
 Handlers check the API key before reading the body (an unknown key gets 401 whatever it sent),
 then run the blocking work — cache tiers, the model — in the thread pool, so a slow Redis or a
@@ -38,6 +40,7 @@ from flows.gateway.schemas import (
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
+    EndSessionRequest,
     GatewayError,
     GenerationRequest,
     InvalidateRequest,
@@ -53,6 +56,7 @@ if TYPE_CHECKING:
 _Body = TypeVar("_Body", bound=BaseModel)
 CACHE_HEADER = "x-preheat-cache"
 KEY_HEADER = "x-preheat-key"
+SESSION_HEADER = "x-preheat-session"
 
 
 def create_app(config: GatewayConfig, **inject: Any) -> FastAPI:
@@ -134,8 +138,9 @@ def _generation_routes(app: FastAPI, gateway: Gateway) -> None:
             tenant = gateway.tenant(request.headers.get("authorization"))
             body = _parse(model, await request.body())
             served = await run_in_threadpool(
-                gateway.generate, route, body, tenant, request.headers.get(CACHE_HEADER)
-            )
+                gateway.generate, route, body, tenant, request.headers.get(CACHE_HEADER),
+                request.headers.get(SESSION_HEADER),
+            )  # fmt: skip
             headers = {CACHE_HEADER: served.outcome}
             if served.key is not None:
                 headers[KEY_HEADER] = served.key
@@ -189,6 +194,12 @@ def _other_routes(app: FastAPI, gateway: Gateway) -> None:
             for name in (gateway.served_model, EMBEDDING_MODEL_ID)
         ]
         return _json({"object": "list", "data": cards})
+
+    @app.post("/v1/sessions/end")
+    async def end_session(request: Request) -> Response:
+        tenant = gateway.tenant(request.headers.get("authorization"))
+        body = _parse(EndSessionRequest, await request.body())
+        return _json(await run_in_threadpool(gateway.end_session, tenant, body))
 
     @app.post("/admin/invalidate")
     async def invalidate(request: Request) -> Response:

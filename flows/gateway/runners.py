@@ -45,6 +45,8 @@ class Job:
             (None: no semantic lookup, e.g. a chat ending in an assistant turn).
         context: digest of everything else a chat's answer depends on (system prompt, earlier
             turns): a semantic hit needs it equal, not similar ("" for a plain prompt).
+        session: the client's conversation id: the KV pages the request reads count as read
+            by it, so that ending the session cools them (never part of a cache key).
     """
 
     route: str
@@ -54,6 +56,7 @@ class Job:
     messages: list[dict[str, Any]] | None = None
     question: str | None = None
     context: str = ""
+    session: str | None = None  # the client's conversation id (`x-preheat-session`), if any
 
 
 def chat_parts(messages: list[Message]) -> tuple[str | None, str]:
@@ -146,7 +149,7 @@ class InProcessRunner:
         d = job.decoding
         try:
             done = self.backend.complete(
-                job.key_text, d.max_tokens, d.temperature, cache, tenant, d.seed
+                job.key_text, d.max_tokens, d.temperature, cache, tenant, d.seed, job.session
             )
         except ValueError as error:
             raise bad_request(str(error), "prompt") from None

@@ -123,3 +123,15 @@ class InvalidateRequest(BaseModel):
         if len(given) != 1:
             raise bad_request("give exactly one of key, request, template_id")
         return given[0]
+
+
+SESSION_MAX_CHARS = 128
+
+
+class EndSessionRequest(BaseModel):
+    """The application's "conversation ended" for one of the caller's sessions: the KV pages
+    only that conversation read become the first to go (`HybridCache.end_session`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session: str = Field(min_length=1, max_length=SESSION_MAX_CHARS)

@@ -20,8 +20,10 @@ from flows.gateway.auth import KeyRing, Principal, bearer
 from flows.gateway.chain import Chain, Served
 from flows.gateway.runners import Job, prefix_hashes
 from flows.gateway.schemas import (
+    SESSION_MAX_CHARS,
     ChatRequest,
     CompletionRequest,
+    EndSessionRequest,
     GatewayError,
     GenerationRequest,
     InvalidateRequest,
@@ -96,12 +98,22 @@ class Gateway:
         return self.chain.runner.job(route, request.prompt_text(), None, decoding)
 
     def generate(
-        self, route: str, request: GenerationRequest, tenant: str, header: str | None
+        self,
+        route: str,
+        request: GenerationRequest,
+        tenant: str,
+        header: str | None,
+        session: str | None = None,
     ) -> Served:
         """Answer through the chain; a `canary_share` of the requests that would use the cache
-        form the control group, answered with the cache off (outcome `canary`)."""
+        form the control group, answered with the cache off (outcome `canary`). `session`:
+        the `x-preheat-session` header (see `end_session`)."""
         started = time.perf_counter()
-        job = self.job(route, request)
+        if session is not None and not 0 < len(session) <= SESSION_MAX_CHARS:
+            raise bad_request(
+                f"x-preheat-session must be 1 to {SESSION_MAX_CHARS} characters", "session"
+            )
+        job = replace(self.job(route, request), session=session)
         eligible = not opted_out(request.cache, header)
         canary = eligible and self.signals.canary_draw()
         served = self.chain.serve(tenant, job, eligible and not canary)
@@ -172,6 +184,13 @@ class Gateway:
         except Exception:
             log.exception("request log failed")
             self.metrics.degraded.labels("request_log").inc()
+
+    def end_session(self, tenant: str, body: EndSessionRequest) -> dict[str, Any]:
+        """The caller's conversation ended: the KV pages only it read (as sent with
+        `x-preheat-session`) are cooled; pages other conversations read stay warm. Sessions
+        are the tenant's own: the same id under another key is another session."""
+        cooled = self.cache.end_session(tenant, body.session)
+        return {"session": body.session, "cooled": cooled}
 
     # -- admin ---------------------------------------------------------------------------------
 

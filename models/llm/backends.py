@@ -20,7 +20,6 @@ import json
 import re
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -28,14 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import httpx
 
 from cache_runtime.keys import ExactKey
-from cache_runtime.kv_pages import (
-    PAGE_TOKENS,
-    covered_pages,
-    encode_page,
-    load_prefix,
-    page_keys,
-)
-from cache_runtime.policies import Hint
+from cache_runtime.kv_pages import PAGE_TOKENS, load_prefix, page_keys, store_prefix
 
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
@@ -137,22 +129,6 @@ def _to_device(kv: Any, device: str) -> Any:
             layer.keys, layer.values = layer.keys.to(device), layer.values.to(device)
             layer.device = layer.keys.device
     return kv
-
-
-def _store_new_pages(cache: HybridCache, keys: Sequence[Any], kv: Any, first: int) -> int:
-    """Pages `first..` of a prompt, each with its parent: `store_prefix` from page `first` on
-    (it always starts at page 0, and rewriting cached pages would cost a copy per page)."""
-    stored = 0
-    for index in range(first, min(len(keys), covered_pages(kv))):  # whole pages only
-        start, end = index * PAGE_TOKENS, (index + 1) * PAGE_TOKENS
-        # (1, heads, seq, head_dim) -> (1, heads, PAGE_TOKENS, head_dim) per layer
-        layers = [(lay.keys[:, :, start:end], lay.values[:, :, start:end]) for lay in kv.layers]
-        parent = keys[index - 1] if index else None
-        hint = Hint.TAIL if index == len(keys) - 1 else None
-        if not cache.put(keys[index], encode_page(layers), parent=parent, hint=hint):
-            break  # a later page without this one would be unusable
-        stored += 1
-    return stored
 
 
 class HFBackend:
@@ -262,8 +238,11 @@ class HFBackend:
         cache: HybridCache | None = None,
         tenant: str = "default",
         seed: int | None = None,
+        session: str | None = None,
     ) -> Completion:
         """Serve one completion, reusing and filling `cache`'s KV pages for its prompt.
+        `session`: the application's conversation id, if any: its pages count as read by it
+        (`HybridCache.end_session` cools those no other conversation read).
 
         Raises:
             ValueError: empty prompt, or prompt plus `max_tokens` beyond the context.
@@ -275,7 +254,7 @@ class HFBackend:
                 f"context of {self.context_tokens} tokens (and a prompt must not be empty)"
             )
         with self._lock:
-            prefill = self._prefill(tenant, tokens, cache, need_logits=True)
+            prefill = self._prefill(tenant, tokens, cache, need_logits=True, session=session)
             ids, finish = self._generate(prefill, max_tokens, temperature, seed)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Completion(
@@ -283,9 +262,15 @@ class HFBackend:
         )
 
     def _prefill(
-        self, tenant: str, tokens: list[int], cache: HybridCache | None, need_logits: bool
+        self,
+        tenant: str,
+        tokens: list[int],
+        cache: HybridCache | None,
+        need_logits: bool,
+        session: str | None = None,
     ) -> _Prefill:
-        """Prefill what the cache does not hold; store the new full pages.
+        """Prefill what the cache does not hold; store the new full pages. `session`: the
+        conversation the request belongs to (see `HybridCache.end_session`).
 
         The KV restored covers at most `tokens[:-1]`: next-token logits need at least one
         token computed (as in vLLM, a fully cached prompt still recomputes its last page).
@@ -308,7 +293,14 @@ class HFBackend:
         if cache is not None:
             # `present` may exceed what was loaded (the last page, see above): not rewritten.
             first = max(present, reused // PAGE_TOKENS)
-            stored = _store_new_pages(cache, keys, out.cache, first)
+            # a session already seen: a follow-up turn, whose pages its next turn reads again
+            turn = int(session is not None and cache.sessions.live((tenant, session)))
+            stored = store_prefix(
+                cache, tenant, self.model_id, tokens, out.cache, turn=turn, first=first
+            )
+            if session is not None:  # every page of its prompt the cache now holds
+                read = [key.to_string() for key in keys[: first + stored]]
+                cache.sessions.read((tenant, session), read)
         return _Prefill(reused, stored, out.cache, out.logits[:, -1])
 
     def _generate(

@@ -25,7 +25,7 @@ import redis
 
 from cache_runtime.hybrid import HybridCache
 from cache_runtime.keys import ExactKey, parse_key
-from cache_runtime.kv_pages import PAGE_TOKENS
+from cache_runtime.kv_pages import PAGE_TOKENS, page_keys
 from cache_runtime.services import RedisServer
 from cache_runtime.tiers import RedisTier, redis_client
 from flows.gateway import CACHE_HEADER, KEY_HEADER, GatewayConfig, create_app
@@ -299,6 +299,46 @@ def test_kv_pages_of_one_tenant_are_no_prefix_hit_for_another(gw: Running) -> No
     assert complete(gw, prefix + " And for acme?", **sampled)[0] == "prefix"
     beta_source, beta = complete(gw, prefix + " And for beta?", key="sk-beta-1", **sampled)
     assert beta_source == "miss" and beta.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_ending_a_session_cools_the_pages_only_it_read(gw: Running, backend: Any) -> None:
+    """Two conversations share a system prompt; ending one cools its own pages, not the
+    shared ones, and only under the tenant that owns the session."""
+    system = unique("You are the assistant of a retail bank; answer in one line. " * 3)
+    own = {name: f"{system} Question of chat {name}: " + f"{name} details, " * 12 for name in "ab"}
+    for name, prompt in own.items():
+        raw = gw.client().completions.with_raw_response.create(
+            model=gw.model, prompt=prompt, temperature=0.7,
+            extra_headers={"x-preheat-session": f"chat-{name}"},
+        )  # fmt: skip
+        assert raw.headers[CACHE_HEADER] in MODEL_ANSWERED
+    pages = {
+        name: [
+            k.to_string()
+            for k in page_keys("acme", gw.model, backend.encode(p))[
+                : len(backend.encode(p)) // PAGE_TOKENS
+            ]
+        ]
+        for name, p in own.items()
+    }
+    private_a = [key for key in pages["a"] if key not in pages["b"]]
+    assert 0 < len(private_a) < len(pages["a"])  # some pages are shared, some are a's own
+
+    def end(session: str, key: str = "sk-acme-1") -> httpx.Response:
+        return httpx.post(
+            f"{gw.url}/v1/sessions/end", json={"session": session},
+            headers={"Authorization": f"Bearer {key}"}, timeout=30,
+        )  # fmt: skip
+
+    assert end("chat-a", key="sk-beta-1").json() == {"session": "chat-a", "cooled": 0}
+    assert end("chat-a").json() == {"session": "chat-a", "cooled": len(private_a)}
+    assert end("chat-a").json()["cooled"] == 0  # ended already
+    assert end("chat-b", key="wrong").status_code == 401
+    assert end("").status_code == 400
+    with pytest.raises(openai.BadRequestError):
+        gw.client().completions.create(
+            model=gw.model, prompt="x", extra_headers={"x-preheat-session": "s" * 129}
+        )
 
 
 def test_unknown_or_missing_keys_get_401_and_admin_keys_make_no_requests(gw: Running) -> None:

@@ -16,13 +16,16 @@ def test_end_returns_only_the_pages_no_other_session_read() -> None:
     pages.read("a", ["a-doc", "a-answer"])  # rereading its own pages keeps them private
     assert pages.end("a") == ["a-doc", "a-question", "a-answer"]
     assert pages.end("b") == ["b-question"]
-    assert len(pages) == 0
+    assert pages.stats()["sessions"] == 0
 
 
 def test_end_forgets_the_session_and_an_unknown_session_has_nothing() -> None:
     pages: SessionPages[str] = SessionPages()
+    assert not pages.live("a")
     pages.read("a", ["p"])
+    assert pages.live("a")  # its next request is a follow-up turn
     assert pages.end("a") == ["p"]
+    assert not pages.live("a")
     assert pages.end("a") == []
     assert pages.end("never-seen") == []
 
@@ -44,15 +47,50 @@ def test_sessions_are_any_hashable_id() -> None:
     assert pages.end(("acme", "s1")) == [1]
 
 
-def test_when_full_the_oldest_records_go_and_are_never_cooled() -> None:
+def test_when_full_the_least_recently_read_records_go_and_are_never_cooled() -> None:
     pages: SessionPages[str] = SessionPages(max_pages=3, max_sessions=2)
     pages.read("a", ["a1", "a2"])
-    pages.read("b", ["b1", "b2"])  # four records: a1 is forgotten
-    assert pages.end("a") == ["a2"]
+    pages.read("b", ["b1"])
+    pages.read("a", ["a1"])  # read again: a2 is now the least recently read
+    pages.read("b", ["b2"])  # four records: a2 is forgotten
+    assert pages.end("a") == ["a1"]
     pages.read("c", ["c1"])
     pages.read("d", ["d1"])  # three live sessions: b, the least recently active, is dropped
     assert pages.end("b") == []
     assert pages.end("d") == ["d1"]
+
+
+def test_a_shared_prompt_read_all_the_time_is_never_forgotten_and_cooled() -> None:
+    """Records go least recently read first: the system prompt every chat reads stays shared,
+    where dropping the oldest record first would have let the next reader own and cool it."""
+    pages: SessionPages[str] = SessionPages(max_pages=3)
+    pages.read("a", ["system"])
+    pages.read("b", ["system"])  # shared
+    pages.read("c", ["c1"])
+    pages.read("d", ["system"])
+    pages.read("e", ["e1"])
+    pages.read("f", ["f1"])  # one record too many: c1 goes, not the system prompt
+    pages.read("g", ["system", "g1"])
+    assert pages.end("g") == ["g1"]
+    assert pages.end("c") == []
+
+
+def test_memory_stays_within_the_page_budget_however_long_a_session_runs() -> None:
+    pages: SessionPages[str] = SessionPages(max_pages=100, max_sessions=10)
+    for turn in range(2000):
+        pages.read("long-chat", [f"page-{turn}"])
+        pages.read(f"one-off-{turn}", [f"other-{turn}"])
+    stats = pages.stats()
+    assert stats["pages"] == 100 and stats["listed"] <= 100 and stats["sessions"] == 10
+    assert pages.end("long-chat") == [f"page-{turn}" for turn in range(1950, 2000)]
+
+
+def test_a_page_reread_after_its_record_was_dropped_is_listed_once() -> None:
+    pages: SessionPages[str] = SessionPages(max_pages=2)
+    pages.read("a", ["doc"])
+    pages.read("b", ["b1", "b2"])  # doc's record goes
+    pages.read("a", ["doc"])  # a reads it again: a fresh record, still a's own
+    assert pages.end("a") == ["doc"]
 
 
 def test_bounds_must_be_positive() -> None:
