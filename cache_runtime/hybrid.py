@@ -39,6 +39,7 @@ _FENCE_TTL_NS = 10 * 1_000_000_000
 # How long an invalidation waits for puts of its key that were writing when it began (tier
 # calls have their own, shorter timeouts: Redis's socket timeout, the SSD's lock_timeout_s)
 _WRITE_WAIT_S = 30.0
+_SHARED_PUTS_LIMIT = 100_000  # keys this process put lately, for remote deletes
 _UNKNOWN = object()  # what a tier call that raised returns where None means something
 # Keys that can go stale (answers); KV pages ("prefix") are keyed by their tokens and weights
 _ANSWER_KINDS = frozenset({"exact", "semantic"})
@@ -62,10 +63,12 @@ class HybridCache:
         metrics: CacheMetrics | None = None,
         refill_workers: int = 2,
         feed: InvalidationFeed | None = None,
+        sessions: SessionPages[str] | None = None,
     ) -> None:
         """`feed`: the Redis stream through which this process's deletes reach the other
         processes' own tiers and theirs reach it (`invalidation.py`); None for a cache no
-        other process shares."""
+        other process shares. `sessions`: what each conversation read (`end_session`), with
+        its bounds; a default `SessionPages()` when None."""
         if not tiers:
             raise ValueError("a hybrid cache needs at least one tier")
         names = [t.name for t in tiers]
@@ -78,7 +81,7 @@ class HybridCache:
             raise ValueError(f"write_through names unknown tiers: {sorted(unknown)}")
         self.metrics = metrics or CacheMetrics()
         # what each live conversation read: `end_session` cools the entries only it read
-        self.sessions: SessionPages[str] = SessionPages()
+        self.sessions: SessionPages[str] = sessions if sessions is not None else SessionPages()
         self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
         self._renew_lock = threading.Lock()
         # key -> monotonic_ns of its last put or delete: copies of older values are stale
@@ -94,6 +97,7 @@ class HybridCache:
                 upper.on_evict = self._demoter(lower)
         # the tiers only this process (or node) sees: what the feed keeps in step
         self._own_tiers = [t for t in self.tiers if not getattr(t, "shared", False)]
+        self._shared_puts: OrderedDict[str, float] = OrderedDict()  # see `_note_shared_put`
         self._feed = feed
         if feed is not None:
             feed.start(self._apply_remote_deletes, self._drop_own_answers)
@@ -187,19 +191,19 @@ class HybridCache:
         text = key if isinstance(key, str) else key.to_string()
         parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
         kind = key_kind(text)
-        if since_ns is not None:
-            with self._copy_lock:
-                if self._fences.get(text, -1) >= since_ns:
-                    self.metrics.writes.labels("all", kind, "superseded").inc()
-                    return False
+        with self._copy_lock:  # check and fence at once: no invalidation can fall between
+            if since_ns is not None and self._fences.get(text, -1) >= since_ns:
+                self.metrics.writes.labels("all", kind, "superseded").inc()
+                return False
+            mine = self._fence(text)  # copies of older values in flight are dropped from now on
+            self._writing.setdefault(text, []).append(mine)  # an invalidation waits for it
+            if self._feed is not None:
+                self._note_shared_put(text)
         with self._renew_lock:
             if ttl_mode == "renew" and ttl_s is not None:
                 self._renew[text] = ttl_s
             else:
                 self._renew.pop(text, None)
-        with self._copy_lock:  # copies of older values in flight are dropped from now on
-            mine = self._fence(text)
-            self._writing.setdefault(text, []).append(mine)
         stored = False
         try:
             for tier in self.tiers:
@@ -235,7 +239,9 @@ class HybridCache:
         text = key if isinstance(key, str) else key.to_string()
         return self._delete(text)[0]
 
-    def _delete(self, text: str, publish: bool = True) -> tuple[bool, int]:
+    def _delete(
+        self, text: str, publish: bool = True, tiers: Sequence[Tier] | None = None
+    ) -> tuple[bool, int]:
         """Delete everywhere; returns (whether a tier held it, the fence left).
 
         Fence, delete, fence again, and delete again from every tier a promotion can write
@@ -249,12 +255,16 @@ class HybridCache:
         The deletes run outside the copy lock: a slow or unreachable tier would stall every
         copy meanwhile. (Copies do call tiers under it, to check and write as one; no tier
         takes the copy lock while holding a lock of its own: the memory tier and the SSD hand
-        on their evictions after releasing theirs.)"""
+        on their evictions after releasing theirs.)
+
+        `publish`: tell the other processes (the feed), unless this delete is one of theirs;
+        `tiers`: the tiers to delete from (default: all)."""
+        tiers = self.tiers if tiers is None else tiers
         with self._renew_lock:
             self._renew.pop(text, None)
         with self._copy_lock:
             first = self._fence(text)
-        found, fence = self._delete_fenced(text)
+        found, fence = self._delete_fenced(text, tiers)
         with self._copy_lock:  # puts that began before this delete and are still writing
             overtaken = self._writing_before(text, first)
             if overtaken and not self._writes_done.wait_for(
@@ -264,16 +274,34 @@ class HybridCache:
         if overtaken:  # what they wrote after the deletes above goes now
             with self._copy_lock:
                 self._fence(text)
-            fence = self._delete_fenced(text)[1]
+            fence = self._delete_fenced(text, tiers)[1]
         if publish and self._feed is not None and not self._feed.publish([text]):
             self.metrics.errors.labels("all", "publish").inc()  # retried by the feed
         return found, fence
 
     def _apply_remote_deletes(self, keys: list[str]) -> None:
-        """Another process deleted these: delete them here too, from every tier (Redis
-        included: a put of this process may have written an older value there after it)."""
+        """Another process deleted these: delete them from this process's own tiers, and
+        from the shared ones too where this process put the key lately (its put may have
+        reached Redis after the other process's delete, with a value computed before it).
+        Only then: each process deleting from Redis would also wipe the refill of the
+        process that invalidated."""
         for key in keys:
-            self._delete(key, publish=False)
+            with self._copy_lock:
+                put_lately = self._shared_puts.pop(key, None) is not None
+            self._delete(key, publish=False, tiers=None if put_lately else self._own_tiers)
+
+    def _note_shared_put(self, key: str) -> None:
+        """Remember that this process put `key` (copy lock held): for the feed's retention,
+        and at most `_SHARED_PUTS_LIMIT` keys, the most recent."""
+        now = time.monotonic()
+        self._shared_puts[key] = now
+        self._shared_puts.move_to_end(key)
+        horizon = now - (self._feed.retention_s if self._feed is not None else 0.0)
+        while self._shared_puts and (
+            len(self._shared_puts) > _SHARED_PUTS_LIMIT
+            or next(iter(self._shared_puts.values())) < horizon
+        ):
+            self._shared_puts.popitem(last=False)
 
     def _drop_own_answers(self) -> bool:
         """The feed may have missed deletions: drop every answer this process's own tiers
@@ -282,11 +310,9 @@ class HybridCache:
         complete = True
         for tier in self._own_tiers:
             listing = getattr(tier, "keys", None)
-            keys = (
-                _UNKNOWN
-                if listing is None
-                else self._call(tier, "keys", listing, on_error=_UNKNOWN)
-            )
+            keys = _UNKNOWN
+            if listing is not None:
+                keys = self._call(tier, "keys", listing, on_error=_UNKNOWN)
             if keys is _UNKNOWN:
                 complete = False
                 continue
@@ -298,13 +324,14 @@ class HybridCache:
                     complete = complete and deleted is not _UNKNOWN
         return complete
 
-    def _delete_fenced(self, text: str) -> tuple[bool, int]:
-        """Delete from every tier, fence, delete again from the tiers a promotion writes."""
-        results = [self._call(t, "delete", t.delete, text) for t in self.tiers]
+    def _delete_fenced(self, text: str, tiers: Sequence[Tier]) -> tuple[bool, int]:
+        """Delete from `tiers`, fence, delete again from those a promotion writes."""
+        results = [self._call(t, "delete", t.delete, text) for t in tiers]
         with self._copy_lock:
             fence = self._fence(text)
-        for tier in self.tiers[:-1]:
-            self._call(tier, "delete", tier.delete, text)
+        for tier in tiers:
+            if tier is not self.tiers[-1]:  # the last tier is never promoted into
+                self._call(tier, "delete", tier.delete, text)
         return any(results), fence
 
     def _writing_before(self, text: str, fence: int) -> bool:

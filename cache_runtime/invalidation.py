@@ -11,22 +11,27 @@ the TTL ran out.
   and each reader resumes after the last entry it applied.
 - **A reader that cannot have applied everything says so.** Entries newer than a reader's last
   read are trimmed only once that read is older than the retention; so a reader whose last
-  successful read is older than 90% of it (10% for clock skew between processes) reports a
-  gap, and the cache then drops the answers its own tiers hold (see `HybridCache`). The
-  position is kept in `position_path` (beside the SSD tier's files) so that a restarted process
-  resumes where the node's processes left off rather than dropping the SSD's answers.
-- **Health.** `healthy()` is False until the first read and when the last successful read
-  began more than `stale_after_s` ago: the cache then answers no response lookup from its own
-  tiers, since another process may have deleted the key meanwhile. KV pages are keyed by their
-  tokens and the model's weights and never go stale; they are served regardless.
-- **A publish that fails is retried** by the reader until it gets through (`pending()`).
-  Meanwhile other processes may serve the value: a Redis that this process cannot reach
-  delays its invalidations, it cannot lose them (unless the process exits first).
+  complete read is older than 90% of it (10% for clock skew between processes) reports a gap,
+  and the cache then drops the answers its own tiers hold (see `HybridCache`). The position is
+  kept in `position_path` (beside the SSD tier's files) so that a restarted process resumes
+  where the node's processes left off rather than dropping the SSD's answers.
+- **Health.** `healthy()` is False until a read has caught up with the stream, and when the last
+  read that did began more than `stale_after_s` ago (on the monotonic clock: a wall clock
+  stepped back must not keep a deaf process "healthy"). The cache then answers no response
+  lookup from its own tiers, since another process may have deleted the key meanwhile. KV
+  pages are keyed by their tokens and the model's weights and never go stale; they are served
+  regardless.
+- **Publishing never waits on the request path** longer than the publish client's timeout
+  (the Redis tier's 0.5 s in `node_cache`); a publish that fails is kept and retried by the
+  reader until it gets through (`pending()`). Meanwhile other processes may serve the value: a
+  Redis this process cannot reach delays its invalidations, it cannot lose them (unless the
+  process exits first, or more than `_PENDING_LIMIT` keys wait: counted in `lost`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -37,16 +42,26 @@ from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
-_BATCH = 1000  # stream entries per read
+log = logging.getLogger(__name__)
+
+_BATCH = 1000  # stream entries per read; a full batch means the reader is not caught up
 _SKEW_SHARE = 0.1  # of the retention, allowed for clock skew between processes
+_PENDING_LIMIT = 1_000_000  # unpublished keys kept while Redis refuses them
 # what an unreachable standalone Redis or Redis Cluster raises (as the Redis tier catches)
 _ERRORS = (RedisError, OSError, RedisClusterException)
 
 
+def stream_name(namespace: str) -> str:
+    """The stream of `namespace`'s invalidations (beside, not among, the Redis tier's values)."""
+    return f"{namespace}:invalidations"
+
+
 class InvalidationFeed:
-    """One process's end of the shared stream `<namespace>:invalidations`. `client` is a
-    redis-py client (standalone or cluster) with a socket timeout above `block_ms`, of the
-    feed's own: `close` closes it."""
+    """One process's end of the shared stream `<namespace>:invalidations`.
+
+    `client` reads (blocking reads: its socket timeout must exceed `block_ms`); it and
+    `publish_client` (default: `client`), which publishes and makes the first read, are the
+    feed's own: `close` closes them."""
 
     def __init__(
         self,
@@ -56,29 +71,41 @@ class InvalidationFeed:
         stale_after_s: float = 5.0,
         block_ms: int = 500,
         position_path: Path | None = None,
+        publish_client: Any = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`clock`: wall time in seconds, the same in every process (stream ids are too)."""
+        """`clock`: wall time in seconds, the same in every process (stream ids are too);
+        `monotonic`: this process's own, for health."""
         if retention_s <= 0 or stale_after_s <= 0 or block_ms <= 0:
             raise ValueError("retention_s, stale_after_s and block_ms must be positive")
         if stale_after_s * 1000 <= block_ms:
             raise ValueError("stale_after_s must be longer than one blocking read (block_ms)")
-        self.stream = f"{namespace}:invalidations"
+        self.stream = stream_name(namespace)
         self.retention_s = retention_s
         self.stale_after_s = stale_after_s
         self.block_ms = block_ms
         self.origin = uuid.uuid4().hex  # this process's entries: not applied again on reading
+        self.malformed = 0  # stream entries skipped: not written by a feed
+        self.lost = 0  # keys never published: more than _PENDING_LIMIT were waiting
         self._client = client
+        self._quick = publish_client if publish_client is not None else client
         self._clock = clock
+        self._monotonic = monotonic
         self._position_path = position_path
         self._last_id: str | None = None  # the last entry applied (None: not started)
-        self._last_read: float | None = None  # wall time the last successful read began
+        self._caught_up: float | None = None  # monotonic start of this process's last read
+        # that caught up with the stream (what health counts from)
+        self._caught_up_wall: float | None = None  # the same, in wall time (position file)
+        # monotonic time since which every entry is known to be applied here, or by the node's
+        # processes before this one started (a recent position file): what gaps count from
+        self._complete_since: float | None = None
         self._gap = False  # deletions may have been missed, and the answers are not dropped yet
-        self._pending: list[str] = []  # keys whose publish failed, oldest first
+        self._pending: dict[str, None] = {}  # keys whose publish failed, oldest first
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._saved_at = 0.0
+        self._saved_at = float("-inf")
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -86,7 +113,11 @@ class InvalidationFeed:
         """Tell the other processes these keys were deleted; False if Redis did not take them
         now (they are retried by the reader)."""
         with self._lock:
-            self._pending.extend(keys)
+            for key in keys:
+                self._pending[key] = None
+            while len(self._pending) > _PENDING_LIMIT:
+                del self._pending[next(iter(self._pending))]
+                self.lost += 1
         return self._flush()
 
     def pending(self) -> int:
@@ -95,12 +126,12 @@ class InvalidationFeed:
 
     def _flush(self) -> bool:
         with self._lock:
-            keys, self._pending = self._pending, []
+            keys, self._pending = list(self._pending), {}
         if not keys:
             return True
         oldest_kept = f"{int((self._clock() - self.retention_s) * 1000)}-0"
         try:
-            pipe = self._client.pipeline(transaction=False)
+            pipe = self._quick.pipeline(transaction=False)
             for key in keys:
                 pipe.xadd(
                     self.stream, {"key": key, "origin": self.origin},
@@ -108,16 +139,16 @@ class InvalidationFeed:
                 )  # fmt: skip
             pipe.execute()
         except _ERRORS:
-            with self._lock:
-                self._pending[:0] = keys  # before any published meanwhile: order kept
+            with self._lock:  # before any published meanwhile: order kept
+                self._pending = {**dict.fromkeys(keys), **self._pending}
             return False
         return True
 
     # -- reading -----------------------------------------------------------------------------
 
     def healthy(self) -> bool:
-        last = self._last_read
-        return last is not None and self._clock() - last <= self.stale_after_s
+        caught_up = self._caught_up
+        return caught_up is not None and self._monotonic() - caught_up <= self.stale_after_s
 
     def poll(
         self,
@@ -125,49 +156,78 @@ class InvalidationFeed:
         drop_answers: Callable[[], bool],
         block: bool = True,
     ) -> bool:
-        """One blocking read: `apply(keys)` the other processes' deletions since the last one,
-        after `drop_answers()` if some may have been missed (see the module docstring; it returns
+        """One read: `apply(keys)` the other processes' deletions since the last one, after
+        `drop_answers()` if some may have been missed (see the module docstring; it returns
         False if it could not drop them all). Also retries failed publishes. False if Redis or
-        `drop_answers` failed: nothing was applied, and the feed stays as it was."""
-        started = self._clock()
+        `drop_answers` failed: nothing was applied, and the feed stays as it was. `block`:
+        wait up to `block_ms` for entries, on the reading client (else the publish client)."""
+        self._flush()
+        started, started_wall = self._monotonic(), self._clock()
+        client = self._client if block else self._quick
         try:
             if self._last_id is None:
-                self._last_id, gap = self._start_position(started)
-                self._gap = self._gap or gap
-            elif self._last_read is not None and started - self._last_read > self._safe_age():
-                self._gap = True
-            reply = self._client.xread(
+                self._last_id = self._start_position(client, started_wall)
+            reply = client.xread(
                 {self.stream: self._last_id}, count=_BATCH, block=self.block_ms if block else None
             )
         except _ERRORS:
             return False
+        complete_since = self._complete_since
+        if complete_since is not None and started - complete_since > self._safe_age():
+            self._gap = True  # entries after the last complete read may be trimmed by now
         if self._gap:
             if not drop_answers():
                 return False  # still unsure: stays unhealthy, and tries again
             self._gap = False
-        last_id, keys = self._last_id, []
-        for _stream, entries in reply or []:
-            for entry_id, fields in entries:
-                last_id = _text(entry_id)
-                if _text(fields.get(b"origin", b"")) != self.origin:
-                    keys.append(_text(fields[b"key"]))
+        entries = [entry for _stream, batch in reply or [] for entry in batch]
+        keys = [key for key in map(self._key_of, entries) if key is not None]
         if keys:
             apply(keys)
-        self._last_id, self._last_read = last_id, started
-        self._save_position()
-        self._flush()
+        if entries:
+            self._last_id = _text(entries[-1][0])
+        if len(entries) == _BATCH:  # behind: more deletes wait, unhealthy until applied
+            self._caught_up = None
+        else:  # caught up: nothing older than this read is unapplied
+            self._caught_up, self._caught_up_wall = started, started_wall
+            self._complete_since = started
+            self._save_position()
         return True
+
+    def _key_of(self, entry: tuple[Any, dict[bytes, bytes]]) -> str | None:
+        """The deleted key of another process's entry; None for this process's own, and for
+        an entry no feed wrote (counted in `malformed`, skipped: it must not stop the feed)."""
+        fields = entry[1]
+        key, origin = fields.get(b"key"), fields.get(b"origin")
+        if not isinstance(key, bytes) or not isinstance(origin, bytes):
+            self.malformed += 1
+            return None
+        if origin.decode(errors="replace") == self.origin:
+            return None
+        try:
+            return key.decode()
+        except UnicodeDecodeError:
+            self.malformed += 1
+            return None
 
     def start(self, apply: Callable[[list[str]], None], drop_answers: Callable[[], bool]) -> None:
         """Poll in a daemon thread until `close`; after a failed read, wait before the next
         (0.1 s, doubling to 2 s) so that a Redis outage costs no busy loop. The first read is
-        made here, without blocking: a cache whose Redis answers is healthy once built."""
-        self.poll(apply, drop_answers, block=False)
+        made here, without blocking: a cache whose Redis answers is healthy once built, unless
+        it has more than one batch to catch up on."""
+        try:
+            self.poll(apply, drop_answers, block=False)
+        except Exception:
+            log.exception("the first read of the invalidation feed failed")
 
         def run() -> None:
             backoff = 0.1
             while not self._stop.is_set():
-                if self.poll(apply, drop_answers):
+                try:
+                    ok = self.poll(apply, drop_answers)
+                except Exception:  # a bug must not leave the process deaf for good
+                    log.exception("reading the invalidation feed failed")
+                    ok = False
+                if ok:
                     backoff = 0.1
                 elif self._stop.wait(backoff):
                     return
@@ -178,27 +238,32 @@ class InvalidationFeed:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop reading and close the client (the feed owns it, as the Redis tier owns its)."""
+        """Stop reading (waiting for a delete being applied: up to the hybrid cache's wait
+        for puts in flight) and close the clients."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self.block_ms / 1000 + 5)
+            self._thread.join(self.block_ms / 1000 + 60)
         self._client.close()
+        if self._quick is not self._client:
+            self._quick.close()
 
     # -- position ----------------------------------------------------------------------------
 
     def _safe_age(self) -> float:
         return self.retention_s * (1 - _SKEW_SHARE)
 
-    def _start_position(self, now: float) -> tuple[str, bool]:
-        """(where to read from, whether entries may have been missed): the saved position when
-        it is recent enough, else the stream's newest entry, with a gap if anything could hold
-        answers from before (a position file that is too old, or none at all)."""
+    def _start_position(self, client: Any, now: float) -> str:
+        """Where to read from: the saved position when it is recent enough, else the stream's
+        newest entry, with a gap if anything could hold answers from before (a position file
+        that is too old, or none at all)."""
         saved = self._load_position()
         if saved is not None and now - saved[1] <= self._safe_age():
-            return saved[0], False
-        newest = self._client.xrevrange(self.stream, count=1)
-        start = _text(newest[0][0]) if newest else "0-0"
-        return start, self._position_path is not None
+            # gaps count from the saved read until this process completes one of its own
+            self._complete_since = self._monotonic() - (now - saved[1])
+            return saved[0]
+        newest = client.xrevrange(self.stream, count=1)
+        self._gap = self._gap or self._position_path is not None
+        return _text(newest[0][0]) if newest else "0-0"
 
     def _load_position(self) -> tuple[str, float] | None:
         if self._position_path is None:
@@ -213,18 +278,18 @@ class InvalidationFeed:
         """At most once a second; atomically (write aside, then rename), since the processes of
         a node share the file. Any of them may write it: each applies every entry to the tiers
         the file stands for."""
-        if self._position_path is None or self._last_read is None:
+        if self._position_path is None or self._caught_up is None:
             return
-        if self._last_read - self._saved_at < 1.0:
+        if self._caught_up - self._saved_at < 1.0:
             return
-        self._saved_at = self._last_read
-        body = json.dumps({"last_id": self._last_id, "read_at": self._last_read})
-        aside = self._position_path.with_name(f"{self._position_path.name}.{os.getpid()}.tmp")
+        self._saved_at = self._caught_up
+        body = json.dumps({"last_id": self._last_id, "read_at": self._caught_up_wall})
+        aside = self._position_path.with_name(f"{self._position_path.name}.{uuid.uuid4().hex}")
         try:
             aside.write_text(body)
             os.replace(aside, self._position_path)
         except OSError:
-            pass  # the next restart then drops the answers it cannot vouch for: safe
+            aside.unlink(missing_ok=True)  # the next restart drops the answers it cannot vouch for
 
 
 def _text(value: bytes | str) -> str:

@@ -435,7 +435,9 @@ class RedisTier:
         """Counters of this instance; items and bytes come from a SCAN of the namespace."""
         items = used = 0
         try:
-            for name in self._client.scan_iter(match=f"{self.namespace}:*", count=1000):
+            # values only: the namespace's invalidation stream lives beside them
+            pattern = f"{self.namespace}:*"
+            for name in self._client.scan_iter(match=pattern, count=1000, _type="string"):
                 items += 1
                 used += int(self._client.strlen(name))
         except _ERRORS:

@@ -110,12 +110,15 @@ def node_cache(
         client = redis_client(settings.redis_url, cluster=settings.redis_cluster)
         tiers.append(RedisTier(client, namespace=redis_namespace))
         if len(tiers) > 1:  # tiers of this process's own, which other processes' deletes must reach
+            # blocking reads need a longer timeout than the tier's; publishing does not
+            reader = redis_client(
+                settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=5.0
+            )
             feed = InvalidationFeed(
-                redis_client(
-                    settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=5.0
-                ),
+                reader,
                 namespace=redis_namespace,
                 position_path=ssd_dir / "feed.position" if ssd_bytes > 0 else None,
+                publish_client=redis_client(settings.redis_url, cluster=settings.redis_cluster),
             )
     if not tiers:
         raise ValueError("no cache tier: give memory or SSD bytes, or a Redis URL")

@@ -210,3 +210,136 @@ def test_feed_settings_are_checked() -> None:
         InvalidationFeed(None, retention_s=0)
     with pytest.raises(ValueError, match="longer than one blocking read"):
         InvalidationFeed(None, stale_after_s=0.1, block_ms=500)
+
+
+# -- the feed on its own, stepped by hand ------------------------------------------------------
+
+
+class Applied:
+    """What a feed hands the cache: the keys to delete, and whether it asked for a drop."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.drops = 0
+
+    def apply(self, keys: list[str]) -> None:
+        self.keys.extend(keys)
+
+    def drop(self) -> bool:
+        self.drops += 1
+        return True
+
+
+def feed_of(url: str, namespace: str, **options: object) -> InvalidationFeed:
+    options = {"stale_after_s": 1.0, "block_ms": 50, **options}
+    return InvalidationFeed(redis_client(url, socket_timeout_s=2.0), namespace, **options)
+
+
+def test_health_follows_the_monotonic_clock_and_a_full_batch_is_not_caught_up(
+    redis_url: str, namespace: str
+) -> None:
+    wall, steady = FakeClock(), FakeClock(100.0)
+    publisher = feed_of(redis_url, namespace)
+    reader = feed_of(redis_url, namespace, clock=wall, monotonic=steady)
+    seen = Applied()
+    try:
+        assert reader.poll(seen.apply, seen.drop, block=False) and reader.healthy()
+        assert publisher.publish([f"k{i}" for i in range(1500)])
+        assert reader.poll(seen.apply, seen.drop, block=False)
+        assert len(seen.keys) == 1000 and not reader.healthy()  # more wait: not caught up
+        assert reader.poll(seen.apply, seen.drop, block=False) and reader.healthy()
+        assert seen.keys == [f"k{i}" for i in range(1500)]
+        wall.now -= 3600  # a wall clock stepped back changes nothing...
+        steady.now += 1.5  # ...time without a read does
+        assert not reader.healthy()
+    finally:
+        publisher.close()
+        reader.close()
+
+
+def test_entries_no_feed_wrote_are_skipped_not_fatal(redis_url: str, namespace: str) -> None:
+    reader, publisher = feed_of(redis_url, namespace), feed_of(redis_url, namespace)
+    seen = Applied()
+    try:
+        assert reader.poll(seen.apply, seen.drop, block=False)
+        raw = redis_client(redis_url)
+        raw.xadd(reader.stream, {"something": "else"})
+        raw.xadd(reader.stream, {"key": b"\xff\xfe", "origin": "x"})
+        raw.close()
+        publisher.publish(["after"])
+        assert reader.poll(seen.apply, seen.drop, block=False)
+        assert seen.keys == ["after"] and reader.malformed == 2
+    finally:
+        reader.close()
+        publisher.close()
+
+
+def test_a_restart_that_cannot_reach_redis_at_first_still_detects_a_gap(
+    server: Restartable, namespace: str, tmp_path: Path
+) -> None:
+    """The node read the stream recently, so a restart resumes from its position; but Redis is
+    down for longer than the retention before the first read: deletes may have been trimmed."""
+    wall, steady = FakeClock(), FakeClock(100.0)
+    position = tmp_path / "feed.position"
+    options = {"retention_s": 60.0, "clock": wall, "monotonic": steady, "position_path": position}
+    first = feed_of(server.url, namespace, **options)
+    seen = Applied()
+    assert first.poll(seen.apply, seen.drop, block=False) and position.exists()
+    first.close()
+    assert seen.drops == 1  # its first start: nothing vouched for the SSD before it
+    server.stop()
+    restarted = feed_of(server.url, namespace, **options)
+    try:
+        assert not restarted.poll(seen.apply, seen.drop, block=False)
+        wall.now += 3600
+        steady.now += 3600
+        server.restart()
+        assert restarted.poll(seen.apply, seen.drop, block=False)
+        assert seen.drops == 2 and restarted.healthy()
+    finally:
+        restarted.close()
+
+
+def test_the_stream_does_not_count_as_a_cached_value(redis_url: str, namespace: str) -> None:
+    tier = RedisTier(redis_client(redis_url), namespace=namespace)
+    feed = feed_of(redis_url, namespace)
+    try:
+        tier.put(k("x").to_string(), b"v")
+        assert feed.publish([k("y").to_string()])
+        stats = tier.stats()
+        assert (stats.items, stats.bytes) == (1, 1)
+    finally:
+        tier.close()
+        feed.close()
+
+
+def test_another_replicas_delete_leaves_the_shared_tier_to_the_invalidating_one(
+    redis_url: str, namespace: str
+) -> None:
+    """b never put the key: applying a's delete touches b's own tiers only, so it cannot wipe
+    the value a stored in Redis after its delete (a refill). Where b did put it lately, b's
+    copy in Redis may be older than a's delete, and goes too."""
+    a, b = Replica(redis_url, namespace), Replica(redis_url, namespace)
+    try:
+        wait_until(lambda: a.feed.healthy() and b.feed.healthy())
+        b.feed._stop.set()  # b reads by hand from here on: its deletes land when told
+        b.feed._thread.join(10)
+
+        def b_reads() -> None:
+            assert b.feed.poll(b.cache._apply_remote_deletes, b.cache._drop_own_answers, False)
+
+        a.cache.put(k("nav"), b"NAV=1")
+        assert b.cache.get(k("nav")) == b"NAV=1"
+        a.cache.delete(k("nav"))
+        a.cache.put(k("nav"), b"NAV=2")  # the refill, before b has heard of the delete
+        b_reads()
+        assert not b.memory.contains(k("nav").to_string())
+        assert b.cache.get(k("nav")) == b"NAV=2"
+
+        a.cache.delete(k("fee"))
+        b.cache.put(k("fee"), b"fee from the old source")  # b's put lands after a's delete
+        b_reads()
+        assert a.cache.get(k("fee")) is None  # gone from Redis too
+    finally:
+        a.close()
+        b.close()
