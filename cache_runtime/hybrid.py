@@ -14,6 +14,9 @@
 - A tier that refuses a put drops its older value of the key (the `Tier.put` contract), and a
   put deletes the key from the tiers outside `write_through`: an older copy left in any tier
   would be served once the faster tiers lose the new one.
+- With an `InvalidationFeed` (`invalidation.py`), deletes reach the tiers other processes hold
+  on their own, theirs reach this process's, and answers are not read from this process's own
+  tiers while it may have missed one. The fence bookkeeping itself is `fences.py`.
 - A promoted value keeps the expiry it had in the tier it came from.
 - TTL per entry: fixed (expires `ttl_s` after the write) or renew-on-hit (each hit resets it).
 """
@@ -27,6 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
+from cache_runtime.fences import Fences
 from cache_runtime.invalidation import InvalidationFeed
 from cache_runtime.keys import CacheKey, ExactKey, PrefixKey, SemanticKey, parse_key
 from cache_runtime.metrics import CacheMetrics
@@ -34,8 +38,6 @@ from cache_runtime.sessions import SessionPages
 from cache_runtime.tiers.base import Tier
 
 TtlMode = Literal["fixed", "renew"]
-_FENCE_LIMIT = 10_000
-_FENCE_TTL_NS = 10 * 1_000_000_000
 # How long an invalidation waits for puts of its key that were writing when it began (tier
 # calls have their own, shorter timeouts: Redis's socket timeout, the SSD's lock_timeout_s)
 _WRITE_WAIT_S = 30.0
@@ -84,13 +86,8 @@ class HybridCache:
         self.sessions: SessionPages[str] = sessions if sessions is not None else SessionPages()
         self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
         self._renew_lock = threading.Lock()
-        # key -> monotonic_ns of its last put or delete: copies of older values are stale
-        self._fences: OrderedDict[str, int] = OrderedDict()  # oldest first
-        self._refilling: dict[str, int] = {}  # key -> refills in flight (their fences are kept)
-        # Re-entrant: a promotion into memory can evict there, and that eviction demotes below.
-        self._copy_lock = threading.RLock()  # fence checks and the copies they guard
-        self._writing: dict[str, list[int]] = {}  # key -> the fences of its puts still writing
-        self._writes_done = threading.Condition(self._copy_lock)
+        self._fences = Fences()  # what keeps copies of older values from landing
+        self._copy_lock = self._fences.lock  # held by fence checks and the copies they guard
         self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
         for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
             if hasattr(upper, "on_evict"):
@@ -161,7 +158,7 @@ class HybridCache:
         if ttl is not None and ttl <= 0:
             return  # expired (or gone) meanwhile: nothing worth copying
         with self._copy_lock:
-            if self._fences.get(key, -1) >= since_ns:
+            if self._fences.stale(key, since_ns):
                 return  # written or deleted while we were reading: do not copy the old value
             for upper in uppers:
                 if self._call(upper, "put", upper.put, key, value, ttl_s=ttl, parent=parent):
@@ -192,11 +189,10 @@ class HybridCache:
         parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
         kind = key_kind(text)
         with self._copy_lock:  # check and fence at once: no invalidation can fall between
-            if since_ns is not None and self._fences.get(text, -1) >= since_ns:
+            if since_ns is not None and self._fences.stale(text, since_ns):
                 self.metrics.writes.labels("all", kind, "superseded").inc()
                 return False
-            mine = self._fence(text)  # copies of older values in flight are dropped from now on
-            self._writing.setdefault(text, []).append(mine)  # an invalidation waits for it
+            mine = self._fences.begin_write(text)  # older copies in flight are dropped now
             if self._feed is not None:
                 self._note_shared_put(text)
         with self._renew_lock:
@@ -218,12 +214,7 @@ class HybridCache:
                 stored = stored or bool(ok)  # a refusing tier drops its older value (`Tier.put`)
         finally:
             with self._copy_lock:
-                writing = self._writing[text]
-                writing.remove(mine)
-                if not writing:
-                    del self._writing[text]
-                superseded = self._fences.get(text) != mine
-                self._writes_done.notify_all()
+                superseded = self._fences.end_write(text, mine)
         if superseded:
             # An invalidation or another put ran while this one was writing: its deletes (or
             # writes) may have reached a tier before this put's write, and this value may
@@ -263,17 +254,15 @@ class HybridCache:
         with self._renew_lock:
             self._renew.pop(text, None)
         with self._copy_lock:
-            first = self._fence(text)
+            first = self._fences.stamp(text)
         found, fence = self._delete_fenced(text, tiers)
         with self._copy_lock:  # puts that began before this delete and are still writing
-            overtaken = self._writing_before(text, first)
-            if overtaken and not self._writes_done.wait_for(
-                lambda: not self._writing_before(text, first), timeout=_WRITE_WAIT_S
-            ):
-                self.metrics.errors.labels("all", "invalidate_wait").inc()
+            overtaken, in_time = self._fences.wait_for_writes(text, first, _WRITE_WAIT_S)
+        if not in_time:
+            self.metrics.errors.labels("all", "invalidate_wait").inc()
         if overtaken:  # what they wrote after the deletes above goes now
             with self._copy_lock:
-                self._fence(text)
+                self._fences.stamp(text)
             fence = self._delete_fenced(text, tiers)[1]
         if publish and self._feed is not None and not self._feed.publish([text]):
             self.metrics.errors.labels("all", "publish").inc()  # retried by the feed
@@ -319,7 +308,7 @@ class HybridCache:
             for key in keys:
                 if key_kind(key) in _ANSWER_KINDS:
                     with self._copy_lock:
-                        self._fence(key)
+                        self._fences.stamp(key)
                     deleted = self._call(tier, "delete", tier.delete, key, on_error=_UNKNOWN)
                     complete = complete and deleted is not _UNKNOWN
         return complete
@@ -328,37 +317,11 @@ class HybridCache:
         """Delete from `tiers`, fence, delete again from those a promotion writes."""
         results = [self._call(t, "delete", t.delete, text) for t in tiers]
         with self._copy_lock:
-            fence = self._fence(text)
+            fence = self._fences.stamp(text)
         for tier in tiers:
             if tier is not self.tiers[-1]:  # the last tier is never promoted into
                 self._call(tier, "delete", tier.delete, text)
         return any(results), fence
-
-    def _writing_before(self, text: str, fence: int) -> bool:
-        """Whether a put of `text` that fenced before `fence` is still writing (lock held)."""
-        return any(started < fence for started in self._writing.get(text, ()))
-
-    def _fence(self, key: str) -> int:
-        """Fence `key` now (copy lock held) and forget fences nothing can need any more.
-
-        A fence only has to outlive the copies in flight when it was set (a lookup or an
-        eviction: milliseconds); ten seconds' worth is kept, and at least the newest
-        `_FENCE_LIMIT`. Pruning takes the oldest first, so it costs what it removes. A key with
-        a refill in flight keeps its fence (the refill compares the one it started with)."""
-        now = self._fences[key] = time.monotonic_ns()
-        self._fences.move_to_end(key)
-        horizon = now - _FENCE_TTL_NS
-        held = 0
-        while len(self._fences) - held > _FENCE_LIMIT:
-            oldest, stamped = next(iter(self._fences.items()))
-            if stamped >= horizon:
-                break
-            if oldest in self._refilling:
-                self._fences.move_to_end(oldest)
-                held += 1
-                continue
-            del self._fences[oldest]
-        return now
 
     def invalidate(
         self,
@@ -374,7 +337,7 @@ class HybridCache:
         if refill is None:
             return None
         with self._copy_lock:  # a write since `mine` supersedes the refill (see `store`)
-            self._refilling[text] = self._refilling.get(text, 0) + 1
+            self._fences.begin_refill(text)
 
         def run() -> bool:
             try:
@@ -384,9 +347,7 @@ class HybridCache:
                 return False
             finally:
                 with self._copy_lock:
-                    left = self._refilling.pop(text) - 1
-                    if left:
-                        self._refilling[text] = left
+                    self._fences.end_refill(text)
 
         def store(value: bytes | None) -> bool:
             if value is None:
@@ -473,8 +434,7 @@ class HybridCache:
             if ttl_left_s is not None and ttl_left_s <= 0:
                 return
             with self._copy_lock:
-                fence = self._fences.get(key, -1)
-                if written_ns is not None and fence >= written_ns:
+                if written_ns is not None and self._fences.stale(key, written_ns):
                     return  # written again or deleted after this value was written: stale
                 if self._call(lower, "put", lower.put, key, value, ttl_s=ttl_left_s):
                     self.metrics.demotions.labels(lower.name).inc()

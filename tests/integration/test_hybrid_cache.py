@@ -385,10 +385,10 @@ def test_a_renew_on_hit_ttl_is_forgotten_once_the_key_is_gone() -> None:
 def test_fences_are_bounded_but_a_pending_refill_keeps_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import cache_runtime.hybrid as hybrid
+    import cache_runtime.fences as fences
 
-    monkeypatch.setattr(hybrid, "_FENCE_LIMIT", 100)
-    monkeypatch.setattr(hybrid, "_FENCE_TTL_NS", 0)  # every fence is old at once
+    monkeypatch.setattr(fences, "_LIMIT", 100)
+    monkeypatch.setattr(fences, "_TTL_NS", 0)  # every fence is old at once
     cache = HybridCache([MemoryTier(100_000)])
     gate = threading.Event()
     refill = cache.invalidate(k("pending"), refill=lambda: gate.wait(10) and b"fresh")
