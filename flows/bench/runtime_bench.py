@@ -4,7 +4,9 @@
   and sequence; capacity large enough that no run evicts, so the policy bookkeeping is measured);
 - SSD tier get latency p50/p99 for 4 KiB values (the goal: p99 under 1 ms);
 - Redis tier pipelined writes/s next to a raw redis-py pipeline and `redis-benchmark -P 16` SETs
-  of the same keys and values against the same server (redis-benchmark only where installed).
+  of the same keys and values against the same server (redis-benchmark only where installed);
+- a delete's way to another replica's memory tier next to one Redis pub/sub message
+  (`invalidation_bench.py`).
 """
 
 from __future__ import annotations
@@ -275,9 +277,12 @@ def bench_redis(
 
 
 def bench_runtime(redis_url: str | None = None) -> dict[str, Any]:
+    from flows.bench.invalidation_bench import bench_invalidation
+
     return {
         "memory": bench_memory(),
         "memory_zipf": bench_memory(distribution="zipf"),
         "ssd": bench_ssd(),
         "redis": bench_redis(redis_url),
+        "invalidation": bench_invalidation(redis_url),
     }

@@ -19,3 +19,13 @@ def test_redis_section(redis_url: str) -> None:
     redis = bench_redis(redis_url, writes=2000, batch=500)
     assert redis["preheat_pipelined_writes_per_s"] > 0
     assert redis["redis_py_pipeline_writes_per_s"] > 0
+
+
+@pytest.mark.integration
+def test_invalidation_section(redis_url: str) -> None:
+    from flows.bench.invalidation_bench import bench_invalidation
+
+    result = bench_invalidation(redis_url, deletes=20)
+    for name in ("preheat_delete_to_other_replica", "redis_pubsub_message"):
+        assert 0 < result[name]["p50_ms"] <= result[name]["p99_ms"]
+    assert result["p50_vs_pubsub"] > 0
