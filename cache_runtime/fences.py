@@ -26,6 +26,7 @@ class Fences:
         self._refilling: dict[str, int] = {}  # key -> refills in flight (their fences are kept)
         self._writing: dict[str, list[int]] = {}  # key -> the fences of its puts still writing
         self._writes_done = threading.Condition(self.lock)
+        self._last = 0  # the newest stamp
 
     def get(self, key: str) -> int | None:
         """The key's fence (monotonic_ns), None if it has none (any copy may land)."""
@@ -42,7 +43,9 @@ class Fences:
         eviction: milliseconds); ten seconds' worth is kept, and at least the newest
         `_LIMIT`. Pruning takes the oldest first, so it costs what it removes. A key with a
         refill in flight keeps its fence (the refill compares the one it started with)."""
-        now = self._stamps[key] = time.monotonic_ns()
+        # strictly increasing: two equal stamps would hide a put or delete from another
+        now = self._last = max(time.monotonic_ns(), self._last + 1)
+        self._stamps[key] = now
         self._stamps.move_to_end(key)
         horizon = now - _TTL_NS
         held = 0

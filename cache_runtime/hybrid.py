@@ -41,7 +41,8 @@ TtlMode = Literal["fixed", "renew"]
 # How long an invalidation waits for puts of its key that were writing when it began (tier
 # calls have their own, shorter timeouts: Redis's socket timeout, the SSD's lock_timeout_s)
 _WRITE_WAIT_S = 30.0
-_SHARED_PUTS_LIMIT = 100_000  # keys this process put lately, for remote deletes
+_SHARED_PUTS_LIMIT = 100_000  # answers this process put lately, for remote deletes
+_PUT_SKEW_S = 1.0  # a delete's own duration and clock skew between processes and Redis
 _UNKNOWN = object()  # what a tier call that raised returns where None means something
 # Keys that can go stale (answers); KV pages ("prefix") are keyed by their tokens and weights
 _ANSWER_KINDS = frozenset({"exact", "semantic"})
@@ -193,15 +194,13 @@ class HybridCache:
                 self.metrics.writes.labels("all", kind, "superseded").inc()
                 return False
             mine = self._fences.begin_write(text)  # older copies in flight are dropped now
-            if self._feed is not None:
-                self._note_shared_put(text)
-        with self._renew_lock:
-            if ttl_mode == "renew" and ttl_s is not None:
-                self._renew[text] = ttl_s
-            else:
-                self._renew.pop(text, None)
         stored = False
-        try:
+        try:  # from here on, `end_write` must run: a delete of the key waits for it
+            with self._renew_lock:
+                if ttl_mode == "renew" and ttl_s is not None:
+                    self._renew[text] = ttl_s
+                else:
+                    self._renew.pop(text, None)
             for tier in self.tiers:
                 if tier.name not in self.write_through:  # an older promoted or demoted copy
                     self._call(tier, "delete", tier.delete, text)
@@ -215,6 +214,8 @@ class HybridCache:
         finally:
             with self._copy_lock:
                 superseded = self._fences.end_write(text, mine)
+                if self._feed is not None and kind in _ANSWER_KINDS:
+                    self._note_shared_put(text)
         if superseded:
             # An invalidation or another put ran while this one was writing: its deletes (or
             # writes) may have reached a tier before this put's write, and this value may
@@ -268,21 +269,24 @@ class HybridCache:
             self.metrics.errors.labels("all", "publish").inc()  # retried by the feed
         return found, fence
 
-    def _apply_remote_deletes(self, keys: list[str]) -> None:
-        """Another process deleted these: delete them from this process's own tiers, and
-        from the shared ones too where this process put the key lately (its put may have
-        reached Redis after the other process's delete, with a value computed before it).
-        Only then: each process deleting from Redis would also wipe the refill of the
-        process that invalidated."""
-        for key in keys:
+    def _apply_remote_deletes(self, deletions: list[tuple[str, float]]) -> None:
+        """Another process deleted these keys (each with the wall time it published the
+        delete): delete them from this process's own tiers, and from the shared ones too where
+        this process's last put of the key ended after that delete began (less
+        `_PUT_SKEW_S`): that put may have reached Redis after the delete, with a value computed
+        before it. Only then: every process deleting from Redis would also wipe the refill of
+        the process that invalidated."""
+        for key, deleted_at in deletions:
             with self._copy_lock:
-                put_lately = self._shared_puts.pop(key, None) is not None
-            self._delete(key, publish=False, tiers=None if put_lately else self._own_tiers)
+                put_ended = self._shared_puts.get(key)
+            late = put_ended is not None and put_ended >= deleted_at - _PUT_SKEW_S
+            self._delete(key, publish=False, tiers=None if late else self._own_tiers)
 
     def _note_shared_put(self, key: str) -> None:
-        """Remember that this process put `key` (copy lock held): for the feed's retention,
-        and at most `_SHARED_PUTS_LIMIT` keys, the most recent."""
-        now = time.monotonic()
+        """Remember when this process's put of an answer ended (wall time, copy lock held):
+        the last `_SHARED_PUTS_LIMIT` answers, for the feed's retention. KV pages cannot go
+        stale: not noted, so they cannot push answers out."""
+        now = time.time()
         self._shared_puts[key] = now
         self._shared_puts.move_to_end(key)
         horizon = now - (self._feed.retention_s if self._feed is not None else 0.0)

@@ -12,9 +12,13 @@ the TTL ran out.
 - **A reader that cannot have applied everything says so.** Entries newer than a reader's last
   read are trimmed only once that read is older than the retention; so a reader whose last
   complete read is older than 90% of it (10% for clock skew between processes) reports a gap,
-  and the cache then drops the answers its own tiers hold (see `HybridCache`). The position is
-  kept in `position_path` (beside the SSD tier's files) so that a restarted process resumes
-  where the node's processes left off rather than dropping the SSD's answers.
+  and the cache then drops the answers its own tiers hold (see `HybridCache`). So does a reader
+  that, after a failed read, no longer finds the entry it resumes after although that entry is
+  too young to have been trimmed: the stream was lost (a Redis restarted without persistence,
+  a failover to a replica behind). The position is kept in `position_path` (beside the SSD
+  tier's files) so that a restarted process resumes where the node's processes left off rather
+  than dropping the SSD's answers; a process without one reads from (a margin before) the time
+  it was built, so no delete published after that is skipped, whenever its first read works.
 - **Health.** `healthy()` is False until a read has caught up with the stream, and when the last
   read that did began more than `stale_after_s` ago (on the monotonic clock: a wall clock
   stepped back must not keep a deaf process "healthy"). The cache then answers no response
@@ -47,6 +51,7 @@ log = logging.getLogger(__name__)
 _BATCH = 1000  # stream entries per read; a full batch means the reader is not caught up
 _SKEW_SHARE = 0.1  # of the retention, allowed for clock skew between processes
 _PENDING_LIMIT = 1_000_000  # unpublished keys kept while Redis refuses them
+_CLOSE_WAIT_S = 60.0  # for a delete being applied (the hybrid cache waits up to 30 s for puts)
 # what an unreachable standalone Redis or Redis Cluster raises (as the Redis tier catches)
 _ERRORS = (RedisError, OSError, RedisClusterException)
 
@@ -93,7 +98,10 @@ class InvalidationFeed:
         self._clock = clock
         self._monotonic = monotonic
         self._position_path = position_path
-        self._last_id: str | None = None  # the last entry applied (None: not started)
+        self._born = clock()  # deletes from (a margin before) here on concern this process
+        self._last_id: str | None = None  # where reading resumes (None: not started)
+        self._last_id_is_entry = False  # an entry's id (else a time: no entry to look for)
+        self._unsure = False  # a read failed since the last one: was the stream lost meanwhile?
         self._caught_up: float | None = None  # monotonic start of this process's last read
         # that caught up with the stream (what health counts from)
         self._caught_up_wall: float | None = None  # the same, in wall time (position file)
@@ -152,11 +160,12 @@ class InvalidationFeed:
 
     def poll(
         self,
-        apply: Callable[[list[str]], None],
+        apply: Callable[[list[tuple[str, float]]], None],
         drop_answers: Callable[[], bool],
         block: bool = True,
     ) -> bool:
-        """One read: `apply(keys)` the other processes' deletions since the last one, after
+        """One read: `apply(deletions)` the other processes' deletions since the last one, as
+        (key, when it was published, wall seconds), after
         `drop_answers()` if some may have been missed (see the module docstring; it returns
         False if it could not drop them all). Also retries failed publishes. False if Redis or
         `drop_answers` failed: nothing was applied, and the feed stays as it was. `block`:
@@ -166,12 +175,16 @@ class InvalidationFeed:
         client = self._client if block else self._quick
         try:
             if self._last_id is None:
-                self._last_id = self._start_position(client, started_wall)
+                self._open_position(client, started_wall)
+            elif self._unsure and self._stream_lost(client, started_wall):
+                self._gap = True
             reply = client.xread(
                 {self.stream: self._last_id}, count=_BATCH, block=self.block_ms if block else None
             )
         except _ERRORS:
+            self._unsure = True
             return False
+        self._unsure = False
         complete_since = self._complete_since
         if complete_since is not None and started - complete_since > self._safe_age():
             self._gap = True  # entries after the last complete read may be trimmed by now
@@ -179,12 +192,13 @@ class InvalidationFeed:
             if not drop_answers():
                 return False  # still unsure: stays unhealthy, and tries again
             self._gap = False
+            self._complete_since = started  # what was missed before now is dropped
         entries = [entry for _stream, batch in reply or [] for entry in batch]
-        keys = [key for key in map(self._key_of, entries) if key is not None]
-        if keys:
-            apply(keys)
+        deletions = [found for found in map(self._deletion_of, entries) if found is not None]
+        if deletions:
+            apply(deletions)
         if entries:
-            self._last_id = _text(entries[-1][0])
+            self._last_id, self._last_id_is_entry = _text(entries[-1][0]), True
         if len(entries) == _BATCH:  # behind: more deletes wait, unhealthy until applied
             self._caught_up = None
         else:  # caught up: nothing older than this read is unapplied
@@ -193,9 +207,10 @@ class InvalidationFeed:
             self._save_position()
         return True
 
-    def _key_of(self, entry: tuple[Any, dict[bytes, bytes]]) -> str | None:
-        """The deleted key of another process's entry; None for this process's own, and for
-        an entry no feed wrote (counted in `malformed`, skipped: it must not stop the feed)."""
+    def _deletion_of(self, entry: tuple[Any, dict[bytes, bytes]]) -> tuple[str, float] | None:
+        """(the deleted key, the wall time it was published: the entry id's) of another
+        process's entry; None for this process's own, and for an entry no feed wrote (counted
+        in `malformed`, skipped: it must not stop the feed)."""
         fields = entry[1]
         key, origin = fields.get(b"key"), fields.get(b"origin")
         if not isinstance(key, bytes) or not isinstance(origin, bytes):
@@ -204,12 +219,14 @@ class InvalidationFeed:
         if origin.decode(errors="replace") == self.origin:
             return None
         try:
-            return key.decode()
-        except UnicodeDecodeError:
+            return key.decode(), _id_seconds(_text(entry[0]))
+        except (UnicodeDecodeError, ValueError):
             self.malformed += 1
             return None
 
-    def start(self, apply: Callable[[list[str]], None], drop_answers: Callable[[], bool]) -> None:
+    def start(
+        self, apply: Callable[[list[tuple[str, float]]], None], drop_answers: Callable[[], bool]
+    ) -> None:
         """Poll in a daemon thread until `close`; after a failed read, wait before the next
         (0.1 s, doubling to 2 s) so that a Redis outage costs no busy loop. The first read is
         made here, without blocking: a cache whose Redis answers is healthy once built, unless
@@ -242,7 +259,8 @@ class InvalidationFeed:
         for puts in flight) and close the clients."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self.block_ms / 1000 + 60)
+            self._thread.join(self.block_ms / 1000 + _CLOSE_WAIT_S)
+        self._flush()  # a last try for deletes not published yet
         self._client.close()
         if self._quick is not self._client:
             self._quick.close()
@@ -252,27 +270,48 @@ class InvalidationFeed:
     def _safe_age(self) -> float:
         return self.retention_s * (1 - _SKEW_SHARE)
 
-    def _start_position(self, client: Any, now: float) -> str:
-        """Where to read from: the saved position when it is recent enough, else the stream's
-        newest entry, with a gap if anything could hold answers from before (a position file
-        that is too old, or none at all)."""
-        saved = self._load_position()
-        if saved is not None and now - saved[1] <= self._safe_age():
-            # gaps count from the saved read until this process completes one of its own
-            self._complete_since = self._monotonic() - (now - saved[1])
-            return saved[0]
-        newest = client.xrevrange(self.stream, count=1)
-        self._gap = self._gap or self._position_path is not None
-        return _text(newest[0][0]) if newest else "0-0"
+    def _open_position(self, client: Any, now: float) -> None:
+        """Set where reading starts (`_last_id`), and what a gap counts from.
 
-    def _load_position(self) -> tuple[str, float] | None:
+        The saved position, when it is recent (and not from the future: a clock stepped back)
+        and still in the stream. Else the time this process was built, less the skew margin:
+        every delete since concerns it, whenever its first read succeeds; with a gap when
+        tiers of the node may hold answers from before (a position file that is too old, or
+        none at all)."""
+        margin = self.retention_s * _SKEW_SHARE
+        saved = self._load_position()
+        if saved is not None and -margin <= now - saved[1] <= self._safe_age():
+            self._last_id, self._last_id_is_entry = saved[0], saved[2]
+            if not self._stream_lost(client, now):
+                # gaps count from the saved read until this process completes one of its own
+                self._complete_since = self._monotonic() - max(now - saved[1], 0.0)
+                return
+        self._last_id = f"{max(int((self._born - margin) * 1000), 0)}-0"
+        self._last_id_is_entry = False
+        self._gap = self._gap or self._position_path is not None
+
+    def _stream_lost(self, client: Any, now: float) -> bool:
+        """Whether the entry reading resumes after is gone although too young to be trimmed:
+        the stream was lost (a Redis restarted without persistence, a failover to a replica
+        behind it), and with it deletes this process has not applied."""
+        if not self._last_id_is_entry or self._last_id is None:
+            return False
+        if _id_seconds(self._last_id) < now - self._safe_age():
+            return False  # old enough to have been trimmed by age: its absence says nothing
+        return not client.xrange(self.stream, self._last_id, self._last_id, count=1)
+
+    def _load_position(self) -> tuple[str, float, bool] | None:
+        """(where reading resumes, the wall time of the read that saved it, whether it is an
+        entry's id); None when there is none or it cannot be read (treated as too old)."""
         if self._position_path is None:
             return None
         try:
             saved = json.loads(self._position_path.read_text())
-            return str(saved["last_id"]), float(saved["read_at"])
+            last_id = str(saved["last_id"])
+            _id_seconds(last_id)  # a malformed id is no position
+            return last_id, float(saved["read_at"]), bool(saved["entry"])
         except (OSError, ValueError, KeyError, TypeError):
-            return None  # none yet, or unreadable: treated as too old
+            return None
 
     def _save_position(self) -> None:
         """At most once a second; atomically (write aside, then rename), since the processes of
@@ -283,7 +322,13 @@ class InvalidationFeed:
         if self._caught_up - self._saved_at < 1.0:
             return
         self._saved_at = self._caught_up
-        body = json.dumps({"last_id": self._last_id, "read_at": self._caught_up_wall})
+        body = json.dumps(
+            {
+                "last_id": self._last_id,
+                "entry": self._last_id_is_entry,
+                "read_at": self._caught_up_wall,
+            }
+        )
         aside = self._position_path.with_name(f"{self._position_path.name}.{uuid.uuid4().hex}")
         try:
             aside.write_text(body)
@@ -294,3 +339,8 @@ class InvalidationFeed:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _id_seconds(entry_id: str) -> float:
+    """The wall time (seconds) in a stream entry id `<milliseconds>-<sequence>`."""
+    return int(entry_id.split("-", 1)[0]) / 1000

@@ -5,6 +5,7 @@ answers from its own tiers."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -222,8 +223,8 @@ class Applied:
         self.keys: list[str] = []
         self.drops = 0
 
-    def apply(self, keys: list[str]) -> None:
-        self.keys.extend(keys)
+    def apply(self, deletions: list[tuple[str, float]]) -> None:
+        self.keys.extend(key for key, _published in deletions)
 
     def drop(self) -> bool:
         self.drops += 1
@@ -343,3 +344,58 @@ def test_another_replicas_delete_leaves_the_shared_tier_to_the_invalidating_one(
     finally:
         a.close()
         b.close()
+
+
+def test_a_process_whose_first_reads_fail_still_applies_the_deletes_published_meanwhile(
+    server: Restartable, namespace: str
+) -> None:
+    """No position file (memory and Redis only): reading starts from when the feed was built,
+    not from the stream's newest entry at the first read that works."""
+    server.stop()
+    late = feed_of(server.url, namespace)
+    seen = Applied()
+    try:
+        assert not late.poll(seen.apply, seen.drop, block=False)
+        server.restart()
+        deleter = feed_of(server.url, namespace)
+        assert deleter.publish(["deleted-while-late-could-not-read"])
+        deleter.close()
+        assert late.poll(seen.apply, seen.drop, block=False)
+        assert seen.keys == ["deleted-while-late-could-not-read"] and seen.drops == 0
+    finally:
+        late.close()
+
+
+def test_a_stream_lost_with_its_redis_is_a_gap(server: Restartable, namespace: str) -> None:
+    """Redis restarted without persistence: the entry a reader resumes after is gone though
+    too young to be trimmed, so deletes may be lost with it."""
+    reader, publisher = feed_of(server.url, namespace), feed_of(server.url, namespace)
+    seen = Applied()
+    try:
+        assert reader.poll(seen.apply, seen.drop, block=False)
+        assert publisher.publish(["before"])
+        assert reader.poll(seen.apply, seen.drop, block=False) and seen.keys == ["before"]
+        server.stop()
+        assert not reader.poll(seen.apply, seen.drop, block=False)
+        server.restart()  # empty: the stream and any deletes in it are gone
+        assert reader.poll(seen.apply, seen.drop, block=False)
+        assert seen.drops == 1
+    finally:
+        reader.close()
+        publisher.close()
+
+
+def test_a_position_file_from_the_future_is_not_trusted(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    position = tmp_path / "feed.position"
+    clock = FakeClock()
+    stamp = {"last_id": f"{int((clock.now - 7200) * 1000)}-0", "entry": True}
+    position.write_text(json.dumps({**stamp, "read_at": clock.now + 86_400}))
+    feed = feed_of(redis_url, namespace, clock=clock, position_path=position)
+    seen = Applied()
+    try:
+        assert feed.poll(seen.apply, seen.drop, block=False)
+        assert seen.drops == 1  # the SSD's answers are not vouched for
+    finally:
+        feed.close()
