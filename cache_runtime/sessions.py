@@ -70,10 +70,18 @@ class SessionPages(Generic[Key]):
                 owner.move_to_end(key)
                 if current is not _SHARED and current != session:
                     owner[key] = _SHARED
-            while len(owner) > self.max_pages:
-                dropped, reader = owner.popitem(last=False)
-                if reader is not _SHARED:  # its session's list holds no key without a record
-                    self._first_read.get(reader, {}).pop(dropped, None)
+            self._trim()
+
+    def read_anonymously(self, keys: Iterable[Key]) -> None:
+        """Keys read by a request of no session (an API call without a conversation id, a
+        warm-up): shared from now on, never cooled by a session's end. Without this, the first
+        session to read a warmed system prompt would own it."""
+        with self._lock:
+            owner = self._owner
+            for key in keys:
+                owner[key] = _SHARED
+                owner.move_to_end(key)
+            self._trim()
 
     def live(self, session: Hashable) -> bool:
         """Whether `session` has read something and not ended: a request of a live session is
@@ -88,6 +96,14 @@ class SessionPages(Generic[Key]):
         with self._lock:
             first = self._first_read.pop(session, {})
             return [key for key in first if self._owner.get(key) == session]
+
+    def _trim(self) -> None:
+        """Drop the least recently read records beyond `max_pages` (lock held); a session's
+        list keeps no key without a record."""
+        while len(self._owner) > self.max_pages:
+            dropped, reader = self._owner.popitem(last=False)
+            if reader is not _SHARED:
+                self._first_read.get(reader, {}).pop(dropped, None)
 
     def stats(self) -> dict[str, int]:
         """Live sessions, page records, and keys listed under the live sessions."""

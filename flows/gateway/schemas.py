@@ -125,7 +125,9 @@ class InvalidateRequest(BaseModel):
         return given[0]
 
 
-SESSION_MAX_CHARS = 128
+# A session id: 1-128 printable ASCII characters. ASCII because a header arrives as latin-1
+# and a JSON body as unicode: "café" in one would never match "café" in the other.
+SESSION_ID = r"[\x21-\x7e]{1,128}"
 
 
 class EndSessionRequest(BaseModel):
@@ -134,4 +136,4 @@ class EndSessionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    session: str = Field(min_length=1, max_length=SESSION_MAX_CHARS)
+    session: str = Field(pattern=f"^{SESSION_ID}$")

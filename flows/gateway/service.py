@@ -7,6 +7,7 @@ Plain methods over injected parts (runner, cache, embedder, log producer), so th
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from flows.gateway.auth import KeyRing, Principal, bearer
 from flows.gateway.chain import Chain, Served
 from flows.gateway.runners import Job, prefix_hashes
 from flows.gateway.schemas import (
-    SESSION_MAX_CHARS,
+    SESSION_ID,
     ChatRequest,
     CompletionRequest,
     EndSessionRequest,
@@ -109,9 +110,9 @@ class Gateway:
         form the control group, answered with the cache off (outcome `canary`). `session`:
         the `x-preheat-session` header (see `end_session`)."""
         started = time.perf_counter()
-        if session is not None and not 0 < len(session) <= SESSION_MAX_CHARS:
+        if session is not None and not re.fullmatch(SESSION_ID, session):
             raise bad_request(
-                f"x-preheat-session must be 1 to {SESSION_MAX_CHARS} characters", "session"
+                "x-preheat-session must be 1 to 128 printable ASCII characters", "session"
             )
         job = replace(self.job(route, request), session=session)
         eligible = not opted_out(request.cache, header)

@@ -294,13 +294,18 @@ class HFBackend:
             # `present` may exceed what was loaded (the last page, see above): not rewritten.
             first = max(present, reused // PAGE_TOKENS)
             # a session already seen: a follow-up turn, whose pages its next turn reads again
-            turn = int(session is not None and cache.sessions.live((tenant, session)))
+            follow_up = session is not None and cache.sessions.live((tenant, session))
             stored = store_prefix(
-                cache, tenant, self.model_id, tokens, out.cache, turn=turn, first=first
-            )
-            if session is not None:  # every page of its prompt the cache now holds
-                read = [key.to_string() for key in keys[: first + stored]]
+                cache, tenant, self.model_id, tokens, out.cache, turn=1 if follow_up else 0,
+                first=first,
+            )  # fmt: skip
+            # what the request read: every page of its prompt the cache now holds (loaded or
+            # stored), for its session; with none, those pages are shared by nobody's session
+            read = [key.to_string() for key in keys[: first + stored]]
+            if session is not None:
                 cache.sessions.read((tenant, session), read)
+            else:
+                cache.sessions.read_anonymously(read)
         return _Prefill(reused, stored, out.cache, out.logits[:, -1])
 
     def _generate(

@@ -334,11 +334,27 @@ def test_ending_a_session_cools_the_pages_only_it_read(gw: Running, backend: Any
     assert end("chat-a").json() == {"session": "chat-a", "cooled": len(private_a)}
     assert end("chat-a").json()["cooled"] == 0  # ended already
     assert end("chat-b", key="wrong").status_code == 401
-    assert end("").status_code == 400
-    with pytest.raises(openai.BadRequestError):
-        gw.client().completions.create(
-            model=gw.model, prompt="x", extra_headers={"x-preheat-session": "s" * 129}
-        )
+    for bad in ("", "s" * 129, "two words", "café"):
+        assert end(bad).status_code == 400
+    for bad_header in ("s" * 129, "two words"):
+        with pytest.raises(openai.BadRequestError):
+            gw.client().completions.create(
+                model=gw.model, prompt="x", extra_headers={"x-preheat-session": bad_header}
+            )
+
+    # a warmed system prompt is read by nobody's session: no session's end cools it
+    warmed = unique("You are the desk assistant of a private bank; be exact. " * 3)
+    backend.warm_prefix("acme", warmed, gw.cache)
+    prompt = warmed + " My own question, " + "with my details, " * 12
+    gw.client().completions.create(
+        model=gw.model, prompt=prompt, temperature=0.7,
+        extra_headers={"x-preheat-session": "chat-c"},
+    )  # fmt: skip
+    tokens = backend.encode(prompt)
+    own = page_keys("acme", gw.model, tokens)[: len(tokens) // PAGE_TOKENS]
+    warmed_tokens = backend.encode(warmed)
+    shared = page_keys("acme", gw.model, warmed_tokens)[: len(warmed_tokens) // PAGE_TOKENS]
+    assert end("chat-c").json()["cooled"] == len(own) - len(shared) > 0
 
 
 def test_unknown_or_missing_keys_get_401_and_admin_keys_make_no_requests(gw: Running) -> None:

@@ -30,6 +30,16 @@ def test_end_forgets_the_session_and_an_unknown_session_has_nothing() -> None:
     assert pages.end("never-seen") == []
 
 
+def test_pages_read_without_a_session_are_shared() -> None:
+    """A warmed system prompt, or one read by API calls without a conversation id, is never
+    cooled by the end of a session that reads it (before or after them)."""
+    pages: SessionPages[str] = SessionPages()
+    pages.read_anonymously(["warmed-system"])
+    pages.read("a", ["warmed-system", "a-own", "system-2"])
+    pages.read_anonymously(["system-2"])
+    assert pages.end("a") == ["a-own"]
+
+
 def test_a_page_read_again_after_its_session_ended_is_shared() -> None:
     """A document one chat read and a later chat reads again is worth keeping: the later
     chat's end must not cool it."""
@@ -80,9 +90,10 @@ def test_memory_stays_within_the_page_budget_however_long_a_session_runs() -> No
     for turn in range(2000):
         pages.read("long-chat", [f"page-{turn}"])
         pages.read(f"one-off-{turn}", [f"other-{turn}"])
+        pages.read_anonymously([f"anonymous-{turn}"])
     stats = pages.stats()
     assert stats["pages"] == 100 and stats["listed"] <= 100 and stats["sessions"] == 10
-    assert pages.end("long-chat") == [f"page-{turn}" for turn in range(1950, 2000)]
+    assert pages.end("long-chat") == [f"page-{turn}" for turn in range(1967, 2000)]
 
 
 def test_a_page_reread_after_its_record_was_dropped_is_listed_once() -> None:
