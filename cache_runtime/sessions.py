@@ -14,7 +14,7 @@ page it read gave 0.365 on that trace, but cools shared prompts on every end: re
 on one trace in which shared prompts are rare.
 
 Cooling is a hint, never a correctness matter (a cooled page is still served until evicted), so
-when the tracker is full it forgets its oldest records: a forgotten page is simply not cooled.
+the tracker is bounded (see `SessionPages`) and what it forgets costs only the hint.
 """
 
 from __future__ import annotations
