@@ -48,6 +48,11 @@ _UNKNOWN = object()  # what a tier call that raised returns where None means som
 _ANSWER_KINDS = frozenset({"exact", "semantic"})
 
 
+def _checks_tombstones(tier: Tier) -> bool:
+    """Whether `tier` can refuse an answer invalidated by another process (`RedisTier`)."""
+    return callable(getattr(tier, "put_unless_invalidated", None))
+
+
 def key_kind(key: str) -> str:
     try:
         return parse_key(key).kind
@@ -185,7 +190,9 @@ class HybridCache:
         written since, the value may come from the old source: it is not stored (False,
         counted as "superseded"), so an answer computed before an invalidation never lands
         after it. The same holds for an invalidation that runs while this put is writing:
-        the put then deletes what it wrote and returns False."""
+        the put then deletes what it wrote and returns False; and for an answer invalidated
+        by another process since (`_write_tiers`), whose Redis tier refuses it on the server
+        (False, counted as "invalidated")."""
         text = key if isinstance(key, str) else key.to_string()
         parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
         kind = key_kind(text)
@@ -194,23 +201,17 @@ class HybridCache:
                 self.metrics.writes.labels("all", kind, "superseded").inc()
                 return False
             mine = self._fences.begin_write(text)  # older copies in flight are dropped now
-        stored = False
+        stored = invalidated = False
         try:  # from here on, `end_write` must run: a delete of the key waits for it
             with self._renew_lock:
                 if ttl_mode == "renew" and ttl_s is not None:
                     self._renew[text] = ttl_s
                 else:
                     self._renew.pop(text, None)
-            for tier in self.tiers:
-                if tier.name not in self.write_through:  # an older promoted or demoted copy
-                    self._call(tier, "delete", tier.delete, text)
-                    continue
-                ok = self._call(
-                    tier, "put", tier.put, text, value,
-                    ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
-                )  # fmt: skip
-                self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
-                stored = stored or bool(ok)  # a refusing tier drops its older value (`Tier.put`)
+            stored, invalidated = self._write_tiers(
+                text, value, kind, since_ns, ttl_s=ttl_s, pinned=pinned, parent=parent_text,
+                hint=hint,
+            )  # fmt: skip
         finally:
             with self._copy_lock:
                 superseded = self._fences.end_write(text, mine)
@@ -225,7 +226,48 @@ class HybridCache:
             self._delete(text)
             self.metrics.writes.labels("all", kind, "superseded").inc()
             return False
+        if invalidated:
+            # Another process invalidated the key after this lookup began; this process may
+            # not have heard yet (the feed), so its own tiers may hold an older value too
+            self._delete(text, publish=False, tiers=self._own_tiers)
+            self.metrics.writes.labels("all", kind, "invalidated").inc()
+            return False
         return stored
+
+    def _write_tiers(
+        self, text: str, value: bytes, kind: str, since_ns: int | None, **options: Any
+    ) -> tuple[bool, bool]:
+        """`put`'s tier writes: (stored by at least one tier, invalidated elsewhere).
+
+        An answer with `since_ns` goes to the shared tiers first, each written only if no
+        process invalidated it since the lookup (`RedisTier.put_unless_invalidated`, checked
+        on the server, allowing `_PUT_SKEW_S` of clock skew): if one was, nothing is written.
+        In-process fences cannot see another process's invalidation until the feed brings it,
+        and a value written to Redis in that window would be served to every process."""
+        tiers: list[Tier] = self.tiers
+        since_s = None
+        if since_ns is not None and kind in _ANSWER_KINDS:
+            since_s = time.time() - (time.monotonic_ns() - since_ns) / 1e9 - _PUT_SKEW_S
+            tiers = sorted(self.tiers, key=lambda tier: not _checks_tombstones(tier))
+        stored = False
+        for tier in tiers:
+            if tier.name not in self.write_through:  # an older promoted or demoted copy
+                self._call(tier, "delete", tier.delete, text)
+                continue
+            if since_s is not None and _checks_tombstones(tier):
+                outcome = self._call(
+                    tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
+                    text, value, ttl_s=options["ttl_s"], since_s=since_s, on_error="failed",
+                )  # fmt: skip
+                if outcome == "invalidated":
+                    self.metrics.writes.labels(tier.name, kind, "invalidated").inc()
+                    return False, True
+                ok = outcome == "stored"
+            else:
+                ok = self._call(tier, "put", tier.put, text, value, **options)
+            self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
+            stored = stored or bool(ok)  # a refusing tier drops its older value (`Tier.put`)
+        return stored, False
 
     def delete(self, key: CacheKey | str) -> bool:
         text = key if isinstance(key, str) else key.to_string()

@@ -8,6 +8,13 @@ as a miss or a refused put; redis-py reconnects on the next call, so the tier he
 That holds from start-up on: a Redis Cluster that no node answers for yet is built later
 (`LazyRedisCluster`), so a serving process starts with a degraded cache, not a crash.
 
+An answer's delete leaves a tombstone beside it (`<redis key>:invalidated`, the Redis server's
+time of the delete, for `tombstone_ttl_s`), and `put_unless_invalidated` writes an answer only
+if no tombstone is as recent as the lookup it was computed from, checked and written in one
+server-side script: an answer computed before an invalidation can then never land in Redis
+after it, from any process, even one that dies before it could clean up. Answer keys carry
+their whole key as a hash tag, so the tombstone lives on the same Redis Cluster slot.
+
 Redis evicts on its own (`maxmemory-policy`): `pinned` entries are written without a TTL, which
 keeps them under the `volatile-*` policies; under `allkeys-*` nothing can be pinned in Redis,
 which is why pinned entries belong in the memory or SSD tier as well.
@@ -18,7 +25,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
@@ -32,6 +39,36 @@ _MSET_MAX_BYTES = 8 << 20  # per MSET command (see `RedisTier._mset_commands`)
 _INLINE_VALUE_BYTES = 64 << 10  # larger values are not copied into their entry
 _SUSPECT_LIMIT = 1_000_000  # suspect keys remembered before every read misses (`SuspectKeys`)
 _SUSPECT_RETRY_S = 1.0
+_ANSWER_KINDS = ("exact", "semantic")  # keys that can go stale: their deletes leave tombstones
+_TOMBSTONE_SUFFIX = ":invalidated"
+PutOutcome = Literal["stored", "invalidated", "failed"]
+
+# Delete an answer and mark when (KEYS: the answer, its tombstone; ARGV: the tombstone's TTL in
+# ms). The time is the server's, in microseconds, built as a string: a Lua number would be
+# printed with 14 significant digits.
+_DELETE_AND_MARK = """
+local t = redis.call('TIME')
+redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', ARGV[1])
+return redis.call('DEL', KEYS[1])
+"""
+# Write an answer unless it was invalidated at or after `since` (KEYS: the answer, its
+# tombstone; ARGV: the value, PX in ms or '0' for none, since in microseconds of the wall
+# clock, the oldest lookup accepted in microseconds: older than the tombstones last, it cannot
+# be checked). Returns 1 if written.
+_SET_UNLESS_INVALIDATED = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local since = tonumber(ARGV[3])
+if now - since > tonumber(ARGV[4]) then return 0 end
+local mark = redis.call('GET', KEYS[2])
+if mark and tonumber(mark) >= since then return 0 end
+if ARGV[2] == '0' then
+  redis.call('SET', KEYS[1], ARGV[1])
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+return 1
+"""
 
 
 def redis_client(
@@ -119,8 +156,12 @@ class RedisTier:
         name: str = "redis",
         bulk_batch: int = 1000,
         bulk_connections: int = 1,
+        tombstone_ttl_s: float = 3600.0,
     ) -> None:
-        """`bulk_batch` keys per MSET (and per pipeline otherwise); `put_many` spreads its
+        """`tombstone_ttl_s`: how long an answer's delete is remembered (see the module
+        docstring); `put_unless_invalidated` refuses lookups older than that.
+
+        `bulk_batch` keys per MSET (and per pipeline otherwise); `put_many` spreads its
         entries over `bulk_connections` connections at once.
 
         Each connection pipelines its MSETs (see `_mset`), which by itself overlaps this
@@ -132,6 +173,10 @@ class RedisTier:
         """
         if ":" in namespace or not namespace:
             raise ValueError("namespace must be non-empty and contain no ':'")
+        if not tombstone_ttl_s > 0:
+            raise ValueError("tombstone_ttl_s must be positive")
+        self.tombstone_ttl_s = tombstone_ttl_s
+        self._mark_ms = max(1, int(tombstone_ttl_s * 1000))
         self.name = name
         self.namespace = namespace
         self._client = client
@@ -155,7 +200,9 @@ class RedisTier:
 
     def redis_key(self, key: str) -> str:
         """`<namespace>:<tenant>:<key>`; KV pages get a `{<chain root>}` hash tag so that every
-        page of one prefix chain lives on one Redis Cluster slot.
+        page of one prefix chain lives on one Redis Cluster slot, and answers (exact, semantic)
+        the tag `{<key>}`, which their tombstone shares (`<redis key>:invalidated`). The key's
+        fields are percent-encoded, so no brace of its own can end the tag early.
 
         Read straight off the key string rather than parsed: the tenant field is already
         percent-encoded (no ':' or braces can appear in it), and a prefix key's last field is
@@ -167,7 +214,16 @@ class RedisTier:
             return f"{self.namespace}:_:{key}"  # not a cache key (tools, tests): never a tenant's
         if parts[2] == "prefix":
             return f"{self.namespace}:{parts[3]}:{{{key.rsplit('|', 1)[1]}}}:{key}"
+        if parts[2] in _ANSWER_KINDS:
+            return f"{self.namespace}:{parts[3]}:{{{key}}}"
         return f"{self.namespace}:{parts[3]}:{key}"
+
+    def _tombstone(self, key: str, name: str) -> str | None:
+        """The tombstone's Redis key of the answer `key` (Redis key `name`); None for keys that
+        cannot go stale (KV pages) and keys that are not cache keys."""
+        if name.endswith(f"{{{key}}}") and key.split("|", 3)[2:3] in (["exact"], ["semantic"]):
+            return name + _TOMBSTONE_SUFFIX
+        return None
 
     def get(self, key: str) -> bytes | None:
         if self._suspects and self._suspects.holds(key):
@@ -202,6 +258,38 @@ class RedisTier:
             return True
         self._suspects.add([key])
         return False
+
+    def put_unless_invalidated(
+        self, key: str, value: bytes, *, ttl_s: float | None, since_s: float
+    ) -> PutOutcome:
+        """Write the answer `key` unless it was invalidated at or after `since_s` (wall-clock
+        seconds: when the lookup that `value` was computed from began, less the clock skew the
+        caller allows), by any process; check and write run as one script on the server.
+        "invalidated" also for a lookup older than `tombstone_ttl_s` (its tombstone may be
+        gone). A failure leaves the key a suspect, as `put` does.
+
+        Raises:
+            ValueError: `key` is not an answer (only answers have tombstones).
+        """
+        name = self.redis_key(key)
+        tombstone = self._tombstone(key, name)
+        if tombstone is None:
+            raise ValueError(f"only answers (exact, semantic) have tombstones: {key[:80]!r}")
+        with self._stats_lock:
+            self._stats.puts += 1
+        if self._suspects and self._suspects.holds(key):
+            return "failed"  # Redis may still hold an older value: not written over
+        px = "0" if ttl_s is None else str(max(1, int(ttl_s * 1000)))
+        oldest = int(self.tombstone_ttl_s * 1e6)
+        try:
+            written = self._client.eval(
+                _SET_UNLESS_INVALIDATED, 2, name, tombstone, value, px, int(since_s * 1e6), oldest
+            )
+        except _ERRORS:
+            self._count_error()
+            self._suspects.add([key])
+            return "failed"
+        return "stored" if written else "invalidated"
 
     def put_many(self, items: Iterable[tuple[str, bytes, float | None]]) -> int:
         """Bulk writes (warm-up); returns how many keys were stored.
@@ -354,8 +442,15 @@ class RedisTier:
             self._stats.errors += count
 
     def delete(self, key: str) -> bool:
+        """An answer's delete leaves its tombstone (see the module docstring)."""
+        name = self.redis_key(key)
+        tombstone = self._tombstone(key, name)
         try:
-            deleted = bool(self._client.delete(self.redis_key(key)))
+            if tombstone is None:
+                deleted = bool(self._client.delete(name))
+            else:
+                marked = self._client.eval(_DELETE_AND_MARK, 2, name, tombstone, self._mark_ms)
+                deleted = bool(marked)
         except _ERRORS:
             self._count_error()
             self._suspects.add([key])
@@ -364,12 +459,24 @@ class RedisTier:
         return deleted
 
     def _delete_all(self, keys: list[str]) -> bool:
-        """One pipeline of DELs (the suspects' drop); False, counted, if it failed."""
+        """One pipeline of DELs (the suspects' drop; answers leave tombstones, as in `delete`);
+        False, counted, if it failed. A cluster pipeline cannot run scripts: there the answers
+        go one script call each (suspects are few: keys whose writes failed lately)."""
         try:
             pipe = self._client.pipeline(transaction=False)
+            marked = []
             for key in keys:
-                pipe.delete(self.redis_key(key))
+                name = self.redis_key(key)
+                tombstone = self._tombstone(key, name)
+                if tombstone is None:
+                    pipe.delete(name)
+                elif self._standalone:
+                    pipe.eval(_DELETE_AND_MARK, 2, name, tombstone, self._mark_ms)
+                else:
+                    marked.append((name, tombstone))
             pipe.execute()
+            for name, tombstone in marked:
+                self._client.eval(_DELETE_AND_MARK, 2, name, tombstone, self._mark_ms)
         except _ERRORS:
             self._count_error()
             return False
@@ -438,6 +545,8 @@ class RedisTier:
             # values only: the namespace's invalidation stream lives beside them
             pattern = f"{self.namespace}:*"
             for name in self._client.scan_iter(match=pattern, count=1000, _type="string"):
+                if (name if isinstance(name, str) else name.decode()).endswith(_TOMBSTONE_SUFFIX):
+                    continue  # a tombstone, not a value
                 items += 1
                 used += int(self._client.strlen(name))
         except _ERRORS:

@@ -1,0 +1,164 @@
+"""Tombstones in Redis, with a real Redis (and a 3-master Redis Cluster): an answer computed
+before another process invalidated it never lands in Redis after the invalidation, even when
+the writer has not heard of it yet (no invalidation feed here: the tombstone alone must do it)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from cache_runtime.hybrid import HybridCache
+from cache_runtime.keys import ExactKey, PrefixKey, SemanticKey
+from cache_runtime.services import RedisClusterServers, RedisServer
+from cache_runtime.tiers import MemoryTier, RedisTier, redis_client
+
+pytestmark = pytest.mark.integration
+
+
+def k(prompt: str) -> ExactKey:
+    return ExactKey.of("acme", "m", prompt)
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"tomb{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def server(request: pytest.FixtureRequest, redis_url: str) -> Iterator[tuple[str, bool]]:
+    """(url, is a cluster): the session's Redis, or a 3-master Redis Cluster of its own."""
+    if request.param == "standalone":
+        yield redis_url, False
+        return
+    with RedisClusterServers(masters=3) as cluster:
+        yield cluster.url, True
+
+
+def replica(url: str, cluster: bool, namespace: str) -> tuple[HybridCache, MemoryTier]:
+    """One serving process's cache: its own memory over the shared Redis, no feed."""
+    memory = MemoryTier(1 << 20)
+    shared = RedisTier(redis_client(url, cluster=cluster), namespace=namespace)
+    return HybridCache([memory, shared]), memory
+
+
+def test_an_answer_computed_before_another_replicas_invalidation_never_lands_in_redis(
+    server: tuple[str, bool], namespace: str
+) -> None:
+    url, cluster = server
+    (a, a_memory), (b, _), (c, _) = (replica(url, cluster, namespace) for _ in range(3))
+    try:
+        a.put(k("nav"), b"NAV=101.2 (yesterday)")
+        assert a_memory.contains(k("nav").to_string())
+        looked_up = time.monotonic_ns()  # a's lookup; it computes from the old source
+        b.invalidate(k("nav"))  # the NAV was restated: b invalidates; a has not heard yet
+        assert not a.put(k("nav"), b"NAV=101.2 (yesterday)", since_ns=looked_up)
+        assert c.get(k("nav")) is None  # no process reads it from Redis
+        assert a.get(k("nav")) is None  # and a dropped its own older copy
+        assert a.metrics.writes.labels("redis", "exact", "invalidated")._value.get() == 1
+        # a refill (no lookup time: computed from the new source) is written as ever
+        assert a.put(k("nav"), b"NAV=100.9")
+        assert c.get(k("nav")) == b"NAV=100.9"
+    finally:
+        for cache in (a, b, c):
+            cache.close()
+
+
+def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the_delete(
+    server: tuple[str, bool], namespace: str
+) -> None:
+    url, cluster = server
+    tier = RedisTier(redis_client(url, cluster=cluster), namespace=namespace)
+    admin = redis_client(url, cluster=cluster)
+    key = k("limit").to_string()
+    try:
+        before = time.time() - 0.5
+        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, since_s=before) == "stored"
+        assert tier.delete(key)
+        tombstone = tier.redis_key(key) + ":invalidated"
+        assert 0 < admin.pttl(tombstone) <= 3600_000  # remembered for tombstone_ttl_s
+        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, since_s=before) == (
+            "invalidated"
+        )
+        assert tier.get(key) is None
+        after = time.time() + 0.5  # a lookup that began after the delete
+        assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, since_s=after) == "stored"
+        assert tier.get(key) == b"v2"
+        assert 0 < admin.pttl(tier.redis_key(key)) <= 30_000  # its TTL came along
+        assert tier.stats().items == 1  # the tombstone is not a cached value
+        # semantic answers too; KV pages cannot go stale and leave no tombstone
+        bucket = SemanticKey("acme", "t1", 7).to_string()
+        tier.put(bucket, b"s")
+        tier.delete(bucket)
+        assert tier.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before) == (
+            "invalidated"
+        )
+        page = PrefixKey.chain("acme", "m", [list(range(16))])[0].to_string()
+        tier.put(page, b"kv")
+        assert tier.delete(page)
+        assert admin.exists(tier.redis_key(page) + ":invalidated") == 0
+        with pytest.raises(ValueError, match="only answers"):
+            tier.put_unless_invalidated(page, b"kv", ttl_s=None, since_s=after)
+    finally:
+        tier.close()
+        admin.close()
+
+
+def test_a_lookup_older_than_the_tombstones_last_is_refused(redis_url: str, namespace: str) -> None:
+    tier = RedisTier(redis_client(redis_url), namespace=namespace, tombstone_ttl_s=60.0)
+    try:
+        key = k("old").to_string()
+        # no tombstone any more could say whether it was invalidated since: refused
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time() - 120) == (
+            "invalidated"
+        )
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time() - 30) == (
+            "stored"
+        )
+        with pytest.raises(ValueError, match="tombstone_ttl_s"):
+            RedisTier(redis_client(redis_url), namespace=namespace, tombstone_ttl_s=0)
+    finally:
+        tier.close()
+
+
+def test_a_redis_that_is_down_degrades_the_conditional_put_never_the_request(
+    namespace: str,
+) -> None:
+    server = RedisServer().start()
+    memory = MemoryTier(1 << 20)
+    shared = RedisTier(redis_client(server.url, socket_timeout_s=0.2), namespace=namespace)
+    cache = HybridCache([memory, shared])
+    try:
+        server.stop()
+        key = k("fee").to_string()
+        assert shared.put_unless_invalidated(key, b"x", ttl_s=None, since_s=time.time()) == (
+            "failed"
+        )
+        assert shared.stats().errors >= 1
+        assert cache.put(k("fee"), b"fee=1%", since_ns=time.monotonic_ns())  # memory took it
+        assert cache.get(k("fee")) == b"fee=1%"
+    finally:
+        cache.close()
+        server.stop()
+
+
+def test_a_tenant_acl_user_may_run_the_scripts(redis_url: str, namespace: str) -> None:
+    """The scripts touch only their declared keys, both under the tenant's prefix."""
+    admin = redis.Redis.from_url(redis_url)
+    user = f"tomb-{namespace}"
+    admin.execute_command(
+        "ACL", "SETUSER", user, "on", ">s3cret", f"~{namespace}:acme:*", "+@all", "-@dangerous"
+    )
+    tier = RedisTier(redis_client(redis_url, username=user, password="s3cret"), namespace=namespace)
+    try:
+        key = k("q").to_string()
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time()) == "stored"
+        assert tier.delete(key)
+        assert tier.stats().errors == 0
+    finally:
+        tier.close()
+        admin.execute_command("ACL", "DELUSER", user)
+        admin.close()
