@@ -8,6 +8,10 @@ on a Redis channel and waits for a subscriber thread to receive it (no delete an
 floor, not a like-for-like system; no peer in the field keeps other processes' local tiers in
 step). Latencies in milliseconds; the ratio
 compares medians (this machine is noisy).
+
+Also what the tombstone check costs a put: `RedisTier.put_unless_invalidated` (one server-side
+script: read the tombstone, write the answer) next to a plain redis-py SET of the same key and
+value on the same server, interleaved.
 """
 
 from __future__ import annotations
@@ -112,13 +116,45 @@ def _pubsub_latencies(url: str, messages: int) -> list[float]:
     return latencies
 
 
+def _guarded_put_latencies(url: str, puts: int) -> tuple[list[float], list[float]]:
+    """(guarded puts, plain SETs) in seconds, alternating, each of a key invalidated before."""
+    namespace = f"bench{uuid.uuid4().hex[:8]}"
+    tier, client = RedisTier(redis_client(url), namespace=namespace), redis_client(url)
+    guarded, plain = [], []
+    value = b"v" * 100
+    try:
+        for i in range(puts):
+            key = ExactKey.of("acme", "m", f"question {i}").to_string()
+            tier.delete(key)  # a tombstone to check
+            since = time.time()
+            started = time.perf_counter()
+            outcome = tier.put_unless_invalidated(key, value, ttl_s=None, since_s=since)
+            guarded.append(time.perf_counter() - started)
+            if outcome != "stored":
+                raise RuntimeError(f"a guarded put after its tombstone was {outcome}")
+            name = tier.redis_key(key)
+            started = time.perf_counter()
+            client.set(name, value)
+            plain.append(time.perf_counter() - started)
+    finally:
+        tier.close()
+        client.close()
+    return guarded, plain
+
+
 def bench_invalidation(redis_url: str | None = None, deletes: int = 200) -> dict[str, Any]:
     with RedisHandle(redis_url) as url:
         ours = _percentiles(_feed_latencies(url, deletes))
         peer = _percentiles(_pubsub_latencies(url, deletes))
+        guarded, plain = (_percentiles(run) for run in _guarded_put_latencies(url, deletes * 5))
     return {
         "deletes": deletes,
         "preheat_delete_to_other_replica": ours,
         "redis_pubsub_message": peer,
         "p50_vs_pubsub": round(ours["p50_ms"] / peer["p50_ms"], 3) if peer["p50_ms"] else None,
+        "guarded_put": guarded,
+        "redis_py_set": plain,
+        "guarded_put_p50_vs_set": round(guarded["p50_ms"] / plain["p50_ms"], 3)
+        if plain["p50_ms"]
+        else None,
     }

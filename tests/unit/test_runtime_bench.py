@@ -26,6 +26,7 @@ def test_invalidation_section(redis_url: str) -> None:
     from flows.bench.invalidation_bench import bench_invalidation
 
     result = bench_invalidation(redis_url, deletes=20)
-    for name in ("preheat_delete_to_other_replica", "redis_pubsub_message"):
+    for name in ("preheat_delete_to_other_replica", "redis_pubsub_message", "guarded_put"):
         assert 0 < result[name]["p50_ms"] <= result[name]["p99_ms"]
     assert result["p50_vs_pubsub"] > 0
+    assert result["guarded_put_p50_vs_set"] > 0  # and each guarded put was stored
