@@ -17,6 +17,9 @@
 - With an `InvalidationFeed` (`invalidation.py`), deletes reach the tiers other processes hold
   on their own, theirs reach this process's, and answers are not read from this process's own
   tiers while it may have missed one. The fence bookkeeping itself is `fences.py`.
+- An answer put with the time of its lookup is written to Redis only if no process invalidated
+  it since, checked on the server against the delete's tombstone (`RedisTier`): fences are
+  per process, and another process's invalidation reaches this one's fences only by the feed.
 - A promoted value keeps the expiry it had in the tier it came from.
 - TTL per entry: fixed (expires `ttl_s` after the write) or renew-on-hit (each hit resets it).
 """
