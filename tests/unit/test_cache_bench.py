@@ -13,7 +13,12 @@ import pytest
 from cache_runtime.policies import LRUPolicy
 from cache_runtime.prefix_policies import DuelingPolicy, PrefixARC, PrefixSLRU
 from cache_runtime.simulator import prefix_hits, replay
-from flows.bench.cache_bench import bench_cache, libcachesim_hits
+from flows.bench.cache_bench import (
+    LIBCACHESIM_POLICIES,
+    MORE_LIBCACHESIM_POLICIES,
+    bench_cache,
+    libcachesim_hits,
+)
 from flows.bench.traces import ORACLE_DTYPE, AccessTrace, TraceError, load_trace, write_oracle
 
 
@@ -141,6 +146,10 @@ def test_bench_cache_output_shape() -> None:
             assert 0 <= row[name] <= row["Belady"] + 1e-9 or name == "Belady"
             assert row[f"{name}_prefix"] <= row[name] + 1e-9
         assert row["LRU"] == row["preheat_lru"]  # one policy, two places
+        online = (*LIBCACHESIM_POLICIES, *MORE_LIBCACHESIM_POLICIES)
+        assert row["best_online"] == max(row[name] for name in online)
+        assert row[row["best_online_policy"]] == row["best_online"]
+        assert row["best_online_prefix"] == max(row[f"{name}_prefix"] for name in online)
 
 
 def test_tail_hints_only_apply_to_multi_block_requests() -> None:
