@@ -170,7 +170,7 @@ class HybridCache:
             if self._fences.stale(key, since_ns):
                 return  # written or deleted while we were reading: do not copy the old value
             for upper in uppers:
-                if self._call(upper, "put", upper.put, key, value, ttl_s=ttl, parent=parent):
+                if self._copy_into(upper, key, value, ttl, since_ns, parent):
                     self.metrics.promotions.labels(upper.name).inc()
 
     def put(
@@ -196,6 +196,26 @@ class HybridCache:
         the put then deletes what it wrote and returns False; and for an answer invalidated
         by another process since (`_write_tiers`), whose Redis tier refuses it on the server
         (False, counted as "invalidated")."""
+        return self._put(
+            key, value, ttl_s=ttl_s, ttl_mode=ttl_mode, pinned=pinned, parent=parent,
+            hint=hint, since_ns=since_ns,
+        )  # fmt: skip
+
+    def _put(
+        self,
+        key: CacheKey | str,
+        value: bytes,
+        *,
+        ttl_s: float | None = None,
+        ttl_mode: TtlMode = "fixed",
+        pinned: bool = False,
+        parent: CacheKey | str | None = None,
+        hint: str | None = None,
+        since_ns: int | None = None,
+        refill: bool = False,
+    ) -> bool:
+        """`put`; `refill`: the value is `invalidate`'s refill, computed after this process's
+        own invalidation of the key, whose tombstone then does not refuse it."""
         text = key if isinstance(key, str) else key.to_string()
         parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
         kind = key_kind(text)
@@ -212,8 +232,8 @@ class HybridCache:
                 else:
                     self._renew.pop(text, None)
             stored, invalidated = self._write_tiers(
-                text, value, kind, since_ns, ttl_s=ttl_s, pinned=pinned, parent=parent_text,
-                hint=hint,
+                text, value, kind, since_ns, refill,
+                ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
             )  # fmt: skip
         finally:
             with self._copy_lock:
@@ -238,7 +258,13 @@ class HybridCache:
         return stored
 
     def _write_tiers(
-        self, text: str, value: bytes, kind: str, since_ns: int | None, **options: Any
+        self,
+        text: str,
+        value: bytes,
+        kind: str,
+        since_ns: int | None,
+        refill: bool,
+        **options: Any,
     ) -> tuple[bool, bool]:
         """`put`'s tier writes: (stored by at least one tier, invalidated elsewhere).
 
@@ -250,17 +276,22 @@ class HybridCache:
         tiers: list[Tier] = self.tiers
         since_s = None
         if since_ns is not None and kind in _ANSWER_KINDS:
-            since_s = time.time() - (time.monotonic_ns() - since_ns) / 1e9 - _PUT_SKEW_S
+            # a semantic bucket is read, changed and written back: from this process's tiers
+            since_s = self._since_wall(since_ns, own_tiers=kind == "semantic")
             tiers = sorted(self.tiers, key=lambda tier: not _checks_tombstones(tier))
         stored = False
         for tier in tiers:
             if tier.name not in self.write_through:  # an older promoted or demoted copy
-                self._call(tier, "delete", tier.delete, text)
+                if _checks_tombstones(tier):  # cleared, not invalidated: no tombstone
+                    self._call(tier, "delete", tier.delete, text, mark=False)
+                else:
+                    self._call(tier, "delete", tier.delete, text)
                 continue
             if since_s is not None and _checks_tombstones(tier):
                 outcome = self._call(
                     tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
-                    text, value, ttl_s=options["ttl_s"], since_s=since_s, on_error="failed",
+                    text, value, ttl_s=options["ttl_s"], since_s=since_s,
+                    own_invalidation_ok=refill, on_error="failed",
                 )  # fmt: skip
                 if outcome == "invalidated":
                     self.metrics.writes.labels(tier.name, kind, "invalidated").inc()
@@ -380,7 +411,8 @@ class HybridCache:
     ) -> Future[bool] | None:
         """Remove `key` from every tier now; if `refill` is given, recompute and store it in the
         background. Returns the refill's future (True when the new value was stored; a put or
-        another invalidation of the key meanwhile supersedes it)."""
+        another invalidation of the key meanwhile supersedes it, here or, through Redis's
+        tombstones, in another process after the refill began)."""
         text = key if isinstance(key, str) else key.to_string()
         _, mine = self._delete(text)
         if refill is None:
@@ -389,8 +421,9 @@ class HybridCache:
             self._fences.begin_refill(text)
 
         def run() -> bool:
+            started = time.monotonic_ns()  # before the refill reads its source
             try:
-                return store(refill())
+                return store(refill(), started)
             except Exception:
                 self.metrics.refills.labels("failed").inc()
                 return False
@@ -398,7 +431,7 @@ class HybridCache:
                 with self._copy_lock:
                     self._fences.end_refill(text)
 
-        def store(value: bytes | None) -> bool:
+        def store(value: bytes | None, started: int) -> bool:
             if value is None:
                 self.metrics.refills.labels("empty").inc()
                 return False
@@ -406,7 +439,9 @@ class HybridCache:
                 if self._fences.get(text) != mine:  # written or invalidated since: superseded
                     self.metrics.refills.labels("superseded").inc()
                     return False
-                stored = self.put(key, value, **put_options)  # type: ignore[arg-type]
+                # another process's invalidation after `started` refuses it too (tombstones)
+                options: dict[str, Any] = {"since_ns": started, **put_options}
+                stored = self._put(key, value, refill=True, **options)
             self.metrics.refills.labels("stored" if stored else "refused").inc()
             return stored
 
@@ -485,10 +520,45 @@ class HybridCache:
             with self._copy_lock:
                 if written_ns is not None and self._fences.stale(key, written_ns):
                     return  # written again or deleted after this value was written: stale
-                if self._call(lower, "put", lower.put, key, value, ttl_s=ttl_left_s):
+                if self._copy_into(lower, key, value, ttl_left_s, written_ns):
                     self.metrics.demotions.labels(lower.name).inc()
 
         return demote
+
+    def _copy_into(
+        self,
+        tier: Tier,
+        key: str,
+        value: bytes,
+        ttl: float | None,
+        since_ns: int | None,
+        parent: str | None = None,
+    ) -> bool:
+        """A promotion's or demotion's write. An answer going into a tier that keeps tombstones
+        (Redis) is written only if no process invalidated it since `since_ns` (when the value
+        was read or written here) and since the feed's last catch-up: another process's
+        invalidation reaches this process's fences only by the feed, and an evicted answer
+        would otherwise carry an old value back into Redis. Copies without a time go as ever."""
+        if since_ns is not None and key_kind(key) in _ANSWER_KINDS and _checks_tombstones(tier):
+            outcome = self._call(
+                tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
+                key, value, ttl_s=ttl, since_s=self._since_wall(since_ns, own_tiers=True),
+                on_error="failed",
+            )  # fmt: skip
+            if outcome == "invalidated":
+                self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()
+            return outcome == "stored"
+        return bool(self._call(tier, "put", tier.put, key, value, ttl_s=ttl, parent=parent))
+
+    def _since_wall(self, since_ns: int, own_tiers: bool) -> float:
+        """`since_ns` (monotonic) as wall seconds less `_PUT_SKEW_S`: what a tombstone's time
+        is compared with. `own_tiers`: the value was read from this process's own tiers, which
+        hold other processes' deletes only up to what the feed has applied (its catch-up time;
+        0 while it is unhealthy, so nothing is taken for current)."""
+        since = time.time() - (time.monotonic_ns() - since_ns) / 1e9
+        if own_tiers and self._feed is not None:
+            since = min(since, self._feed.applied_until() or 0.0)
+        return since - _PUT_SKEW_S
 
     def _call(
         self,

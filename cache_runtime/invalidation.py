@@ -158,6 +158,13 @@ class InvalidationFeed:
         caught_up = self._caught_up
         return caught_up is not None and self._monotonic() - caught_up <= self.stale_after_s
 
+    def applied_until(self) -> float | None:
+        """Wall seconds before which every other process's published delete has been applied
+        here (the start of the last read that caught up); None while not healthy. A value read
+        from this process's own tiers is current up to then, no later."""
+        wall = self._caught_up_wall
+        return wall if wall is not None and self.healthy() else None
+
     def poll(
         self,
         apply: Callable[[list[tuple[str, float]]], None],

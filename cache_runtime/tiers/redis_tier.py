@@ -23,6 +23,7 @@ which is why pinned entries belong in the memory or SSD tier as well.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -44,24 +45,30 @@ _TOMBSTONE_SUFFIX = ":invalidated"
 PutOutcome = Literal["stored", "invalidated", "failed"]
 
 # Delete an answer and mark when (KEYS: the answer, its tombstone; ARGV: the tombstone's TTL in
-# ms). The time is the server's, in microseconds, built as a string: a Lua number would be
-# printed with 14 significant digits.
+# ms); returns {deleted count, the mark or false}. The DEL goes first and the SET is allowed to
+# fail: a Redis out of memory (`noeviction`) refuses the SET, and the DEL must still happen. The
+# time is the server's, in microseconds, built as a string: a Lua number would be printed with
+# 14 significant digits.
 _DELETE_AND_MARK = """
+local deleted = redis.call('DEL', KEYS[1])
 local t = redis.call('TIME')
-redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])), 'PX', ARGV[1])
-return redis.call('DEL', KEYS[1])
+local mark = t[1] .. string.format('%06d', tonumber(t[2]))
+local set = redis.pcall('SET', KEYS[2], mark, 'PX', ARGV[1])
+if type(set) == 'table' and set.err then return {deleted, false} end
+return {deleted, mark}
 """
 # Write an answer unless it was invalidated at or after `since` (KEYS: the answer, its
 # tombstone; ARGV: the value, PX in ms or '0' for none, since in microseconds of the wall
-# clock, the oldest lookup accepted in microseconds: older than the tombstones last, it cannot
-# be checked). Returns 1 if written.
+# clock, the oldest lookup accepted in microseconds (older than the tombstones last, it cannot
+# be checked), and a mark to accept (this process's own invalidation, for its refill) or '').
+# Returns 1 if written.
 _SET_UNLESS_INVALIDATED = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local since = tonumber(ARGV[3])
 if now - since > tonumber(ARGV[4]) then return 0 end
 local mark = redis.call('GET', KEYS[2])
-if mark and tonumber(mark) >= since then return 0 end
+if mark and mark ~= ARGV[5] and tonumber(mark) >= since then return 0 end
 if ARGV[2] == '0' then
   redis.call('SET', KEYS[1], ARGV[1])
 else
@@ -69,6 +76,8 @@ else
 end
 return 1
 """
+_OWN_MARKS_LIMIT = 100_000  # marks of this process's latest deletes, for its refills
+_MIN_TOMBSTONE_TTL_S = 60.0  # a lookup must fit in it, with the caller's clock skew allowance
 
 
 def redis_client(
@@ -173,10 +182,12 @@ class RedisTier:
         """
         if ":" in namespace or not namespace:
             raise ValueError("namespace must be non-empty and contain no ':'")
-        if not tombstone_ttl_s > 0:
-            raise ValueError("tombstone_ttl_s must be positive")
+        if not tombstone_ttl_s >= _MIN_TOMBSTONE_TTL_S:
+            raise ValueError(f"tombstone_ttl_s must be at least {_MIN_TOMBSTONE_TTL_S:g}")
         self.tombstone_ttl_s = tombstone_ttl_s
         self._mark_ms = max(1, int(tombstone_ttl_s * 1000))
+        self._own_marks: OrderedDict[str, str] = OrderedDict()  # key -> its last delete's mark
+        self._own_marks_lock = threading.Lock()
         self.name = name
         self.namespace = namespace
         self._client = client
@@ -200,9 +211,10 @@ class RedisTier:
 
     def redis_key(self, key: str) -> str:
         """`<namespace>:<tenant>:<key>`; KV pages get a `{<chain root>}` hash tag so that every
-        page of one prefix chain lives on one Redis Cluster slot, and answers (exact, semantic)
-        the tag `{<key>}`, which their tombstone shares (`<redis key>:invalidated`). The key's
-        fields are percent-encoded, so no brace of its own can end the tag early.
+        page of one prefix chain lives on one Redis Cluster slot. On a cluster, answers (exact,
+        semantic) get the tag `{<key>}`, so that their tombstone (`<redis key>:invalidated`)
+        shares their slot; the key's fields are percent-encoded, so no brace of its own can end
+        the tag early. Standalone, they keep their untagged names (no slots to share).
 
         Read straight off the key string rather than parsed: the tenant field is already
         percent-encoded (no ':' or braces can appear in it), and a prefix key's last field is
@@ -214,14 +226,15 @@ class RedisTier:
             return f"{self.namespace}:_:{key}"  # not a cache key (tools, tests): never a tenant's
         if parts[2] == "prefix":
             return f"{self.namespace}:{parts[3]}:{{{key.rsplit('|', 1)[1]}}}:{key}"
-        if parts[2] in _ANSWER_KINDS:
+        if parts[2] in _ANSWER_KINDS and not self._standalone:
             return f"{self.namespace}:{parts[3]}:{{{key}}}"
         return f"{self.namespace}:{parts[3]}:{key}"
 
     def _tombstone(self, key: str, name: str) -> str | None:
         """The tombstone's Redis key of the answer `key` (Redis key `name`); None for keys that
         cannot go stale (KV pages) and keys that are not cache keys."""
-        if name.endswith(f"{{{key}}}") and key.split("|", 3)[2:3] in (["exact"], ["semantic"]):
+        parts = key.split("|", 4)
+        if len(parts) == 5 and parts[0] == "ph" and parts[3] and parts[2] in _ANSWER_KINDS:
             return name + _TOMBSTONE_SUFFIX
         return None
 
@@ -260,13 +273,23 @@ class RedisTier:
         return False
 
     def put_unless_invalidated(
-        self, key: str, value: bytes, *, ttl_s: float | None, since_s: float
+        self,
+        key: str,
+        value: bytes,
+        *,
+        ttl_s: float | None,
+        since_s: float,
+        own_invalidation_ok: bool = False,
     ) -> PutOutcome:
         """Write the answer `key` unless it was invalidated at or after `since_s` (wall-clock
         seconds: when the lookup that `value` was computed from began, less the clock skew the
         caller allows), by any process; check and write run as one script on the server.
         "invalidated" also for a lookup older than `tombstone_ttl_s` (its tombstone may be
         gone). A failure leaves the key a suspect, as `put` does.
+
+        `own_invalidation_ok`: the tombstone of this tier's own last delete of the key does not
+        count (a refill of that invalidation, computed after it; the skew allowance would
+        otherwise refuse every refill). Another delete since, by anyone, still refuses it.
 
         Raises:
             ValueError: `key` is not an answer (only answers have tombstones).
@@ -281,10 +304,15 @@ class RedisTier:
             return "failed"  # Redis may still hold an older value: not written over
         px = "0" if ttl_s is None else str(max(1, int(ttl_s * 1000)))
         oldest = int(self.tombstone_ttl_s * 1e6)
+        accepted = ""
+        if own_invalidation_ok:
+            with self._own_marks_lock:
+                accepted = self._own_marks.get(key, "")
         try:
             written = self._client.eval(
-                _SET_UNLESS_INVALIDATED, 2, name, tombstone, value, px, int(since_s * 1e6), oldest
-            )
+                _SET_UNLESS_INVALIDATED, 2, name, tombstone,
+                value, px, int(since_s * 1e6), oldest, accepted,
+            )  # fmt: skip
         except _ERRORS:
             self._count_error()
             self._suspects.add([key])
@@ -441,22 +469,35 @@ class RedisTier:
         with self._stats_lock:
             self._stats.errors += count
 
-    def delete(self, key: str) -> bool:
-        """An answer's delete leaves its tombstone (see the module docstring)."""
+    def delete(self, key: str, *, mark: bool = True) -> bool:
+        """An answer's delete leaves its tombstone (see the module docstring) unless `mark` is
+        False: a copy cleared because a newer value went elsewhere is no invalidation, and its
+        tombstone would refuse other processes' fresh answers."""
         name = self.redis_key(key)
-        tombstone = self._tombstone(key, name)
+        tombstone = self._tombstone(key, name) if mark else None
         try:
             if tombstone is None:
                 deleted = bool(self._client.delete(name))
             else:
-                marked = self._client.eval(_DELETE_AND_MARK, 2, name, tombstone, self._mark_ms)
-                deleted = bool(marked)
+                count, stamp = self._client.eval(
+                    _DELETE_AND_MARK, 2, name, tombstone, self._mark_ms
+                )
+                deleted = bool(count)
+                if stamp:
+                    self._remember_mark(key, stamp)
         except _ERRORS:
             self._count_error()
             self._suspects.add([key])
             return False
         self._suspects.discard(key)
         return deleted
+
+    def _remember_mark(self, key: str, stamp: bytes | str) -> None:
+        with self._own_marks_lock:
+            self._own_marks[key] = stamp.decode() if isinstance(stamp, bytes) else stamp
+            self._own_marks.move_to_end(key)
+            if len(self._own_marks) > _OWN_MARKS_LIMIT:
+                self._own_marks.popitem(last=False)
 
     def _delete_all(self, keys: list[str]) -> bool:
         """One pipeline of DELs (the suspects' drop; answers leave tombstones, as in `delete`);

@@ -108,7 +108,7 @@ class Chain:
                                     text_key, template)  # fmt: skip
         done, seconds = self._generate(job, self.cache, tenant)
         self.cache.put(text_key, done.text.encode(), ttl_s=self.ttl_s, since_ns=looked_up_ns)
-        self._semantic_store(tenant, key.model_id, job, template, done)
+        self._semantic_store(tenant, key.model_id, job, template, done, looked_up_ns)
         return self._from_model(done, seconds, text_key, template)
 
     # -- pieces -------------------------------------------------------------------------------
@@ -155,14 +155,22 @@ class Chain:
             return found
 
     def _semantic_store(
-        self, tenant: str, variant: str, job: Job, template: str | None, done: Generation
+        self,
+        tenant: str,
+        variant: str,
+        job: Job,
+        template: str | None,
+        done: Generation,
+        looked_up_ns: int,
     ) -> None:
         if self.semantic is None or job.question is None:
             return
         try:
             answer = (done.text, done.finish_reason, done.completion_tokens)
             tag, model_id = f"{variant}#{job.context}", self.runner.model_id
-            self.semantic.store(tenant, model_id, tag, job.question, template, answer)
+            self.semantic.store(
+                tenant, model_id, tag, job.question, template, answer, since_ns=looked_up_ns
+            )
         except Exception:
             log.exception("semantic store failed")
             self.signals.metrics.degraded.labels("semantic_store").inc()

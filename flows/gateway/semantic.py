@@ -46,17 +46,21 @@ DEFAULT_MAX_TOKENS = 64
 
 class TierTrackingStore:
     """A `BucketStore` over a `HybridCache` that remembers which tier held the verified bucket.
-    One per lookup: it is the lookup's own record, never shared between threads."""
+    One per lookup: it is the lookup's own record, never shared between threads.
 
-    def __init__(self, cache: HybridCache) -> None:
+    `since_ns`: when the answer being stored was looked up (`HybridCache.put`): a bucket
+    invalidated after it, here or in another process, is not written back."""
+
+    def __init__(self, cache: HybridCache, since_ns: int | None = None) -> None:
         self.cache = cache
+        self.since_ns = since_ns
         self.tier: str | None = None
 
     def get(self, key: SemanticKey) -> bytes | None:
         return self.cache.get(key)
 
     def put(self, key: SemanticKey, value: bytes, *, ttl_s: float | None = None) -> bool:
-        return self.cache.put(key, value, ttl_s=ttl_s)
+        return self.cache.put(key, value, ttl_s=ttl_s, since_ns=self.since_ns)
 
     def get_semantic(self, key: SemanticKey, verify: Callable[[bytes], bool]) -> bytes | None:
         value, tier = self.cache.get_with_tier(key)
@@ -139,14 +143,18 @@ class SemanticLayer:
         prompt: str,
         template: str | None,
         answer: tuple[str, str, int],
+        since_ns: int | None = None,
     ) -> None:
-        """Store (text, finish_reason, completion_tokens) for `prompt` (if comparable)."""
+        """Store (text, finish_reason, completion_tokens) for `prompt` (if comparable).
+        `since_ns`: `time.monotonic_ns()` of the lookup the answer follows; its bucket is read,
+        extended and written back, and the write is refused if the bucket was invalidated
+        since (by this process or another), so an invalidated entry is never written back."""
         if not self.comparable(prompt):
             return
         text, finish, tokens = answer
         entry = {"tag": tag, "text": text, "finish_reason": finish,
                  "completion_tokens": tokens}  # fmt: skip
-        store = TierTrackingStore(self.cache)
+        store = TierTrackingStore(self.cache, since_ns)
         namespace = self.namespace(template, model_id)
         self._cache(store).put(tenant, namespace, prompt, orjson.dumps(entry).decode())
 

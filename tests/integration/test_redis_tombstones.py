@@ -4,10 +4,12 @@ the writer has not heard of it yet (no invalidation feed here: the tombstone alo
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import redis
 
@@ -162,3 +164,131 @@ def test_a_tenant_acl_user_may_run_the_scripts(redis_url: str, namespace: str) -
         tier.close()
         admin.execute_command("ACL", "DELUSER", user)
         admin.close()
+
+
+def test_an_evicted_answer_is_not_demoted_into_redis_after_another_replicas_invalidation(
+    redis_url: str, namespace: str
+) -> None:
+    def small_replica() -> HybridCache:
+        shared = RedisTier(redis_client(redis_url), namespace=namespace)
+        return HybridCache([MemoryTier(4096), shared])
+
+    a, b, c = small_replica(), small_replica(), small_replica()
+    try:
+        a.put(k("nav"), b"OLD" * 100)  # in a's memory and in Redis
+        b.invalidate(k("nav"))  # a has not heard (no feed here)
+        for i in range(40):  # a goes on serving: its memory evicts the old answer
+            a.put(k(f"other{i}"), b"x" * 300)
+        assert a.metrics.demotions.labels("redis")._value.get() > 0  # others were demoted
+        assert c.get(k("nav")) is None
+    finally:
+        for cache in (a, b, c):
+            cache.close()
+
+
+def test_clearing_an_older_copy_leaves_no_tombstone(redis_url: str, namespace: str) -> None:
+    """Redis outside `write_through` (write-back): each put clears Redis's older copy, which is
+    not an invalidation; a tombstone there would refuse every other process's fresh answers."""
+    admin = redis.Redis.from_url(redis_url)
+
+    def write_back_replica() -> HybridCache:
+        shared = RedisTier(redis_client(redis_url), namespace=namespace)
+        return HybridCache([MemoryTier(1 << 20), shared], write_through=["memory"])
+
+    a, b = write_back_replica(), write_back_replica()
+    try:
+        looked_up = time.monotonic_ns()
+        assert a.put(k("nav"), b"NAV=100.9", since_ns=looked_up)
+        assert b.put(k("nav"), b"NAV=100.9", since_ns=looked_up)
+        assert list(admin.scan_iter(match=f"{namespace}:*invalidated")) == []
+    finally:
+        a.close()
+        b.close()
+        admin.close()
+
+
+def test_a_refill_is_refused_if_another_replica_invalidates_after_it_began(
+    redis_url: str, namespace: str
+) -> None:
+    (a, _), (b, _), (c, _) = (replica(redis_url, False, namespace) for _ in range(3))
+    source = {"nav": "NAV=100.9"}
+    read, release = threading.Event(), threading.Event()
+
+    def recompute() -> bytes:
+        value = source["nav"]
+        read.set()
+        assert release.wait(10)  # the model call, still running when a invalidates
+        return value.encode()
+
+    try:
+        refill = b.invalidate(k("nav"), refill=recompute)
+        assert refill is not None and read.wait(10)
+        source["nav"] = "NAV=99.0"  # restated again after b's refill read its source
+        a.invalidate(k("nav"))
+        release.set()
+        assert refill.result(10) is False
+        assert c.get(k("nav")) is None
+        # a refill that no other invalidation overtakes is stored, its own tombstone
+        # notwithstanding (it is younger than the clock-skew allowance)
+        assert a.invalidate(k("nav"), refill=lambda: source["nav"].encode()).result(10)
+        assert c.get(k("nav")) == b"NAV=99.0"
+    finally:
+        release.set()
+        for cache in (a, b, c):
+            cache.close()
+
+
+def test_a_delete_still_deletes_when_redis_is_out_of_memory(namespace: str) -> None:
+    """With `noeviction` at maxmemory Redis refuses the tombstone's SET; the DEL must happen."""
+    with RedisServer(extra_args=("--maxmemory-policy", "noeviction")) as server:
+        admin = redis.Redis.from_url(server.url)
+        tier = RedisTier(redis_client(server.url), namespace=namespace)
+        key = k("nav").to_string()
+        try:
+            assert tier.put(key, b"OLD")
+            admin.config_set("maxmemory", int(admin.info("memory")["used_memory"]) - 1024)
+            assert tier.delete(key)
+            assert tier.get(key) is None and tier.stats().errors == 0
+        finally:
+            admin.config_set("maxmemory", 0)
+            tier.close()
+            admin.close()
+
+
+def test_standalone_answer_keys_keep_their_names(redis_url: str, namespace: str) -> None:
+    """Only a cluster needs the hash tag: a standalone Redis keeps the names answers had, so an
+    upgrade neither strands what is cached nor misses it when invalidating."""
+    tier = RedisTier(redis_client(redis_url), namespace=namespace)
+    try:
+        key = k("nav").to_string()
+        assert tier.redis_key(key) == f"{namespace}:acme:{key}"
+    finally:
+        tier.close()
+
+
+def test_a_semantic_bucket_invalidated_after_the_lookup_is_not_written_back(
+    redis_url: str, namespace: str
+) -> None:
+    """The gateway's semantic store reads a bucket, adds the new answer and writes it back: a
+    bucket another replica invalidated meanwhile must not come back with its old entries."""
+    from flows.gateway.semantic import SemanticLayer
+
+    class OneDirection:  # every prompt embeds alike: one bucket, similarity 1
+        def embed(self, texts: list[str]) -> np.ndarray:
+            vectors = np.zeros((len(texts), 8), np.float32)
+            vectors[:, 0] = 1
+            return vectors
+
+    def layer() -> SemanticLayer:
+        return SemanticLayer(replica(redis_url, False, namespace)[0], OneDirection(), 0.5)
+
+    a, b, c = layer(), layer(), layer()
+    try:
+        a.store("acme", "m", "tag", "what is the NAV?", None, ("NAV=101.2", "stop", 5))
+        looked_up = time.monotonic_ns()  # a's lookup of another prompt, before b's invalidation
+        assert b.invalidate_prompt("acme", "m", "what is the NAV?", None) == 1
+        a.store("acme", "m", "tag", "what is the fee?", None, ("fee=1%", "stop", 3), looked_up)
+        assert c.lookup("acme", "m", "tag", "what is the NAV?", None) is None
+    finally:
+        for one in (a, b, c):
+            one.cache.close()
