@@ -23,6 +23,7 @@ which is why pinned entries belong in the memory or SSD tier as well.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -76,7 +77,10 @@ else
 end
 return 1
 """
-_OWN_MARKS_LIMIT = 100_000  # marks of this process's latest deletes, for its refills
+_OWN_MARKS_LIMIT = 100_000  # marks of this tier's latest deletes (see `put_unless_invalidated`)
+# An own delete's tombstone younger than this does not refuse this process's puts: its cache's
+# fences (kept at least 10 s, `fences.py`) already refuse every one that began before the delete
+_OWN_MARK_TRUSTED_S = 5.0
 _MIN_TOMBSTONE_TTL_S = 60.0  # a lookup must fit in it, with the caller's clock skew allowance
 
 
@@ -186,7 +190,8 @@ class RedisTier:
             raise ValueError(f"tombstone_ttl_s must be at least {_MIN_TOMBSTONE_TTL_S:g}")
         self.tombstone_ttl_s = tombstone_ttl_s
         self._mark_ms = max(1, int(tombstone_ttl_s * 1000))
-        self._own_marks: OrderedDict[str, str] = OrderedDict()  # key -> its last delete's mark
+        # key -> (the mark of this tier's last delete of it, monotonic time of that delete)
+        self._own_marks: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._own_marks_lock = threading.Lock()
         self.name = name
         self.namespace = namespace
@@ -287,9 +292,12 @@ class RedisTier:
         "invalidated" also for a lookup older than `tombstone_ttl_s` (its tombstone may be
         gone). A failure leaves the key a suspect, as `put` does.
 
-        `own_invalidation_ok`: the tombstone of this tier's own last delete of the key does not
-        count (a refill of that invalidation, computed after it; the skew allowance would
-        otherwise refuse every refill). Another delete since, by anyone, still refuses it.
+        The tombstone of this tier's own last delete of the key does not count while younger
+        than `_OWN_MARK_TRUSTED_S`, nor at any age with `own_invalidation_ok` (a refill of that
+        delete, computed after it): the `HybridCache` this tier belongs to fences its own
+        deletes and refuses the puts that began before them, and without this the clock-skew
+        allowance would refuse its fresh answers for a second after each of its own deletes.
+        Another delete since, by anyone, still refuses it.
 
         Raises:
             ValueError: `key` is not an answer (only answers have tombstones).
@@ -304,10 +312,10 @@ class RedisTier:
             return "failed"  # Redis may still hold an older value: not written over
         px = "0" if ttl_s is None else str(max(1, int(ttl_s * 1000)))
         oldest = int(self.tombstone_ttl_s * 1e6)
-        accepted = ""
-        if own_invalidation_ok:
-            with self._own_marks_lock:
-                accepted = self._own_marks.get(key, "")
+        with self._own_marks_lock:
+            mark, deleted_at = self._own_marks.get(key, ("", 0.0))
+        trusted = own_invalidation_ok or time.monotonic() - deleted_at < _OWN_MARK_TRUSTED_S
+        accepted = mark if trusted else ""
         try:
             written = self._client.eval(
                 _SET_UNLESS_INVALIDATED, 2, name, tombstone,
@@ -494,7 +502,8 @@ class RedisTier:
 
     def _remember_mark(self, key: str, stamp: bytes | str) -> None:
         with self._own_marks_lock:
-            self._own_marks[key] = stamp.decode() if isinstance(stamp, bytes) else stamp
+            mark = stamp.decode() if isinstance(stamp, bytes) else stamp
+            self._own_marks[key] = (mark, time.monotonic())
             self._own_marks.move_to_end(key)
             if len(self._own_marks) > _OWN_MARKS_LIMIT:
                 self._own_marks.popitem(last=False)
