@@ -23,6 +23,7 @@ class Fences:
         # Re-entrant: a promotion into memory can evict there, and that eviction demotes below
         self.lock = threading.RLock()
         self._stamps: OrderedDict[str, int] = OrderedDict()  # key -> monotonic_ns, oldest first
+        self._deletes: dict[str, int] = {}  # key -> its last delete's stamp (while it has one)
         self._refilling: dict[str, int] = {}  # key -> refills in flight (their fences are kept)
         self._writing: dict[str, list[int]] = {}  # key -> the fences of its puts still writing
         self._writes_done = threading.Condition(self.lock)
@@ -36,8 +37,14 @@ class Fences:
         """Whether the key was written or deleted at or after `since_ns`."""
         return self._stamps.get(key, -1) >= since_ns
 
-    def stamp(self, key: str) -> int:
-        """Fence `key` now, and forget fences nothing can need any more.
+    def deleted_since(self, key: str, since_ns: int) -> bool:
+        """Whether the key was deleted at or after `since_ns` (a write since does not count:
+        for a value merged into what the key holds when it is written, a semantic bucket)."""
+        return self._deletes.get(key, -1) >= since_ns
+
+    def stamp(self, key: str, delete: bool = False) -> int:
+        """Fence `key` now (`delete`: for a delete), and forget fences nothing can need any
+        more.
 
         A fence only has to outlive the copies in flight when it was set (a lookup or an
         eviction: milliseconds); ten seconds' worth is kept, and at least the newest
@@ -47,6 +54,8 @@ class Fences:
         now = self._last = max(time.monotonic_ns(), self._last + 1)
         self._stamps[key] = now
         self._stamps.move_to_end(key)
+        if delete:
+            self._deletes[key] = now
         horizon = now - _TTL_NS
         held = 0
         while len(self._stamps) - held > _LIMIT:
@@ -58,6 +67,7 @@ class Fences:
                 held += 1
                 continue
             del self._stamps[oldest]
+            self._deletes.pop(oldest, None)
         return now
 
     # -- puts in flight ------------------------------------------------------------------------

@@ -196,31 +196,14 @@ class HybridCache:
         the put then deletes what it wrote and returns False; and for an answer invalidated
         by another process since (`_write_tiers`), whose Redis tier refuses it on the server
         (False, counted as "invalidated")."""
-        return self._put(
-            key, value, ttl_s=ttl_s, ttl_mode=ttl_mode, pinned=pinned, parent=parent,
-            hint=hint, since_ns=since_ns,
-        )  # fmt: skip
-
-    def _put(
-        self,
-        key: CacheKey | str,
-        value: bytes,
-        *,
-        ttl_s: float | None = None,
-        ttl_mode: TtlMode = "fixed",
-        pinned: bool = False,
-        parent: CacheKey | str | None = None,
-        hint: str | None = None,
-        since_ns: int | None = None,
-        refill: bool = False,
-    ) -> bool:
-        """`put`; `refill`: the value is `invalidate`'s refill, computed after this process's
-        own invalidation of the key, whose tombstone then does not refuse it."""
         text = key if isinstance(key, str) else key.to_string()
         parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
         kind = key_kind(text)
+        # a semantic bucket is merged into what it holds when written: only a delete since the
+        # lookup makes the new entry stale (a write of the bucket since does not)
+        stale = self._fences.deleted_since if kind == "semantic" else self._fences.stale
         with self._copy_lock:  # check and fence at once: no invalidation can fall between
-            if since_ns is not None and self._fences.stale(text, since_ns):
+            if since_ns is not None and stale(text, since_ns):
                 self.metrics.writes.labels("all", kind, "superseded").inc()
                 return False
             mine = self._fences.begin_write(text)  # older copies in flight are dropped now
@@ -232,7 +215,7 @@ class HybridCache:
                 else:
                     self._renew.pop(text, None)
             stored, invalidated = self._write_tiers(
-                text, value, kind, since_ns, refill,
+                text, value, kind, since_ns,
                 ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
             )  # fmt: skip
         finally:
@@ -263,7 +246,6 @@ class HybridCache:
         value: bytes,
         kind: str,
         since_ns: int | None,
-        refill: bool,
         **options: Any,
     ) -> tuple[bool, bool]:
         """`put`'s tier writes: (stored by at least one tier, invalidated elsewhere).
@@ -276,8 +258,11 @@ class HybridCache:
         tiers: list[Tier] = self.tiers
         since_s = None
         if since_ns is not None and kind in _ANSWER_KINDS:
-            # a semantic bucket is read, changed and written back: from this process's tiers
-            since_s = self._since_wall(since_ns, own_tiers=kind == "semantic")
+            since_s = self._lookup_wall(since_ns)
+            if kind == "semantic" and self._feed is not None:
+                # a bucket is read, extended and written back: what it held came from this
+                # process's tiers, current only up to the feed's last catch-up
+                since_s = min(since_s, self._own_tiers_current())
             tiers = sorted(self.tiers, key=lambda tier: not _checks_tombstones(tier))
         stored = False
         for tier in tiers:
@@ -291,7 +276,7 @@ class HybridCache:
                 outcome = self._call(
                     tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
                     text, value, ttl_s=options["ttl_s"], since_s=since_s,
-                    own_invalidation_ok=refill, on_error="failed",
+                    looked_up_ns=since_ns, on_error="failed",
                 )  # fmt: skip
                 if outcome == "invalidated":
                     self.metrics.writes.labels(tier.name, kind, "invalidated").inc()
@@ -331,18 +316,16 @@ class HybridCache:
         with self._renew_lock:
             self._renew.pop(text, None)
         with self._copy_lock:
-            first = self._fences.stamp(text)
-        found, fence = self._delete_fenced(text, tiers)
+            first = self._fences.stamp(text, delete=True)
+        found, fence = self._delete_fenced(text, tiers, publish)
         with self._copy_lock:  # puts that began before this delete and are still writing
             overtaken, in_time = self._fences.wait_for_writes(text, first, _WRITE_WAIT_S)
         if not in_time:
             self.metrics.errors.labels("all", "invalidate_wait").inc()
         if overtaken:  # what they wrote after the deletes above goes now
             with self._copy_lock:
-                self._fences.stamp(text)
-            fence = self._delete_fenced(text, tiers)[1]
-        if publish and self._feed is not None and not self._feed.publish([text]):
-            self.metrics.errors.labels("all", "publish").inc()  # retried by the feed
+                self._fences.stamp(text, delete=True)
+            fence = self._delete_fenced(text, tiers, publish=False)[1]
         return found, fence
 
     def _apply_remote_deletes(self, deletions: list[tuple[str, float]]) -> None:
@@ -388,20 +371,34 @@ class HybridCache:
             for key in keys:
                 if key_kind(key) in _ANSWER_KINDS:
                     with self._copy_lock:
-                        self._fences.stamp(key)
+                        self._fences.stamp(key, delete=True)
                     deleted = self._call(tier, "delete", tier.delete, key, on_error=_UNKNOWN)
                     complete = complete and deleted is not _UNKNOWN
         return complete
 
-    def _delete_fenced(self, text: str, tiers: Sequence[Tier]) -> tuple[bool, int]:
-        """Delete from `tiers`, fence, delete again from those a promotion writes."""
-        results = [self._call(t, "delete", t.delete, text) for t in tiers]
+    def _delete_fenced(self, text: str, tiers: Sequence[Tier], publish: bool) -> tuple[bool, int]:
+        """Delete from `tiers`, the shared ones first, then tell the other processes
+        (`publish`, through the feed) before this process's own tiers, which can be slow (an
+        SSD waits for its node's lock): another process may not write back an old copy of its
+        own for longer than it takes the feed to tell it; then fence, and delete again from the
+        tiers a promotion writes."""
+        shared = [tier for tier in tiers if tier not in self._own_tiers]
+        own = [tier for tier in tiers if tier in self._own_tiers]
+        results = [self._call(tier, "delete", tier.delete, text) for tier in shared]
+        if publish:
+            self._publish(text)
+        results += [self._call(tier, "delete", tier.delete, text) for tier in own]
         with self._copy_lock:
-            fence = self._fences.stamp(text)
+            fence = self._fences.stamp(text, delete=True)
         for tier in tiers:
             if tier is not self.tiers[-1]:  # the last tier is never promoted into
                 self._call(tier, "delete", tier.delete, text)
         return any(results), fence
+
+    def _publish(self, key: str) -> None:
+        """Tell the other processes of this delete (the feed; a failure is retried by it)."""
+        if self._feed is not None and not self._feed.publish([key]):
+            self.metrics.errors.labels("all", "publish").inc()
 
     def invalidate(
         self,
@@ -441,7 +438,7 @@ class HybridCache:
                     return False
                 # another process's invalidation after `started` refuses it too (tombstones)
                 options: dict[str, Any] = {"since_ns": started, **put_options}
-                stored = self._put(key, value, refill=True, **options)
+                stored = self.put(key, value, **options)
             self.metrics.refills.labels("stored" if stored else "refused").inc()
             return stored
 
@@ -535,30 +532,38 @@ class HybridCache:
         parent: str | None = None,
     ) -> bool:
         """A promotion's or demotion's write. An answer going into a tier that keeps tombstones
-        (Redis) is written only if no process invalidated it since `since_ns` (when the value
-        was read or written here) and since the feed's last catch-up: another process's
-        invalidation reaches this process's fences only by the feed, and an evicted answer
-        would otherwise carry an old value back into Redis. Copies without a time go as ever."""
+        (Redis) is written only if no process invalidated it after this process's own tiers
+        last caught up with the others' deletes (the feed; without one, since `since_ns`, when
+        the value was read or written here): an answer still held here was not invalidated
+        before then (the feed would have removed it, and a gap drops every answer), and an
+        evicted answer must not carry an old value back into Redis. Copies without a time go
+        as ever."""
         if since_ns is not None and key_kind(key) in _ANSWER_KINDS and _checks_tombstones(tier):
+            since_s = self._own_tiers_current() if self._feed is not None else None
             outcome = self._call(
                 tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
-                key, value, ttl_s=ttl, since_s=self._since_wall(since_ns, own_tiers=True),
-                on_error="failed",
+                key, value, ttl_s=ttl,
+                since_s=self._lookup_wall(since_ns) if since_s is None else since_s,
+                looked_up_ns=since_ns, on_error="failed",
             )  # fmt: skip
             if outcome == "invalidated":
                 self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()
             return outcome == "stored"
         return bool(self._call(tier, "put", tier.put, key, value, ttl_s=ttl, parent=parent))
 
-    def _since_wall(self, since_ns: int, own_tiers: bool) -> float:
-        """`since_ns` (monotonic) as wall seconds less `_PUT_SKEW_S`: what a tombstone's time
-        is compared with. `own_tiers`: the value was read from this process's own tiers, which
-        hold other processes' deletes only up to what the feed has applied (its catch-up time;
-        0 while it is unhealthy, so nothing is taken for current)."""
-        since = time.time() - (time.monotonic_ns() - since_ns) / 1e9
-        if own_tiers and self._feed is not None:
-            since = min(since, self._feed.applied_until() or 0.0)
-        return since - _PUT_SKEW_S
+    @staticmethod
+    def _lookup_wall(since_ns: int) -> float:
+        """`since_ns` (monotonic) as wall seconds, less `_PUT_SKEW_S`: what a tombstone's time
+        (the Redis server's clock) is compared with."""
+        return time.time() - (time.monotonic_ns() - since_ns) / 1e9 - _PUT_SKEW_S
+
+    def _own_tiers_current(self) -> float:
+        """Wall seconds (less `_PUT_SKEW_S`) up to which this process's own tiers reflect every
+        other process's delete: the feed's last catch-up; 0 while it is unhealthy, so that
+        nothing read from them is taken for current. Needs a feed."""
+        assert self._feed is not None
+        applied = self._feed.applied_until()
+        return 0.0 if applied is None else applied - _PUT_SKEW_S
 
     def _call(
         self,

@@ -78,9 +78,6 @@ end
 return 1
 """
 _OWN_MARKS_LIMIT = 100_000  # marks of this tier's latest deletes (see `put_unless_invalidated`)
-# An own delete's tombstone younger than this does not refuse this process's puts: its cache's
-# fences (kept at least 10 s, `fences.py`) already refuse every one that began before the delete
-_OWN_MARK_TRUSTED_S = 5.0
 _MIN_TOMBSTONE_TTL_S = 60.0  # a lookup must fit in it, with the caller's clock skew allowance
 
 
@@ -190,8 +187,8 @@ class RedisTier:
             raise ValueError(f"tombstone_ttl_s must be at least {_MIN_TOMBSTONE_TTL_S:g}")
         self.tombstone_ttl_s = tombstone_ttl_s
         self._mark_ms = max(1, int(tombstone_ttl_s * 1000))
-        # key -> (the mark of this tier's last delete of it, monotonic time of that delete)
-        self._own_marks: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        # key -> (the mark of this tier's last delete of it, monotonic_ns when it was done)
+        self._own_marks: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._own_marks_lock = threading.Lock()
         self.name = name
         self.namespace = namespace
@@ -284,7 +281,7 @@ class RedisTier:
         *,
         ttl_s: float | None,
         since_s: float,
-        own_invalidation_ok: bool = False,
+        looked_up_ns: int,
     ) -> PutOutcome:
         """Write the answer `key` unless it was invalidated at or after `since_s` (wall-clock
         seconds: when the lookup that `value` was computed from began, less the clock skew the
@@ -292,12 +289,12 @@ class RedisTier:
         "invalidated" also for a lookup older than `tombstone_ttl_s` (its tombstone may be
         gone). A failure leaves the key a suspect, as `put` does.
 
-        The tombstone of this tier's own last delete of the key does not count while younger
-        than `_OWN_MARK_TRUSTED_S`, nor at any age with `own_invalidation_ok` (a refill of that
-        delete, computed after it): the `HybridCache` this tier belongs to fences its own
-        deletes and refuses the puts that began before them, and without this the clock-skew
-        allowance would refuse its fresh answers for a second after each of its own deletes.
-        Another delete since, by anyone, still refuses it.
+        `looked_up_ns`: `time.monotonic_ns()` of that lookup. The tombstone of this tier's own
+        last delete of the key does not count if the delete was done before it (same clock,
+        no skew to allow): the answer was then computed after that delete. Without this, the
+        skew allowance would refuse the refill of an invalidation, and every answer looked up
+        in the second after it, in the very process that invalidated. A tier belongs to one
+        process; another's delete since, or a delete after the lookup, still refuses it.
 
         Raises:
             ValueError: `key` is not an answer (only answers have tombstones).
@@ -313,9 +310,8 @@ class RedisTier:
         px = "0" if ttl_s is None else str(max(1, int(ttl_s * 1000)))
         oldest = int(self.tombstone_ttl_s * 1e6)
         with self._own_marks_lock:
-            mark, deleted_at = self._own_marks.get(key, ("", 0.0))
-        trusted = own_invalidation_ok or time.monotonic() - deleted_at < _OWN_MARK_TRUSTED_S
-        accepted = mark if trusted else ""
+            mark, deleted_ns = self._own_marks.get(key, ("", looked_up_ns))
+        accepted = mark if deleted_ns < looked_up_ns else ""
         try:
             written = self._client.eval(
                 _SET_UNLESS_INVALIDATED, 2, name, tombstone,
@@ -503,7 +499,7 @@ class RedisTier:
     def _remember_mark(self, key: str, stamp: bytes | str) -> None:
         with self._own_marks_lock:
             mark = stamp.decode() if isinstance(stamp, bytes) else stamp
-            self._own_marks[key] = (mark, time.monotonic())
+            self._own_marks[key] = (mark, time.monotonic_ns())
             self._own_marks.move_to_end(key)
             if len(self._own_marks) > _OWN_MARKS_LIMIT:
                 self._own_marks.popitem(last=False)

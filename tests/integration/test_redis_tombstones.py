@@ -4,25 +4,43 @@ the writer has not heard of it yet (no invalidation feed here: the tombstone alo
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
+from helpers import wait_until
 
 from cache_runtime.hybrid import HybridCache
+from cache_runtime.invalidation import InvalidationFeed
 from cache_runtime.keys import ExactKey, PrefixKey, SemanticKey
 from cache_runtime.services import RedisClusterServers, RedisServer
-from cache_runtime.tiers import MemoryTier, RedisTier, redis_client, redis_tier
+from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
 
 pytestmark = pytest.mark.integration
 
 
 def k(prompt: str) -> ExactKey:
     return ExactKey.of("acme", "m", prompt)
+
+
+class OneDirection:
+    """An embedder under which every prompt is alike: one bucket, similarity 1."""
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        vectors = np.zeros((len(texts), 8), np.float32)  # (texts, 8)
+        vectors[:, 0] = 1
+        return vectors
+
+
+def now_ns() -> int:
+    """A lookup made now (no delete of this tier's own comes after it)."""
+    return time.monotonic_ns()
 
 
 @pytest.fixture
@@ -79,16 +97,24 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
     key = k("limit").to_string()
     try:
         before = time.time() - 0.5
-        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, since_s=before) == "stored"
+        assert (
+            tier.put_unless_invalidated(
+                key, b"v1", ttl_s=None, since_s=before, looked_up_ns=now_ns()
+            )
+            == "stored"
+        )
         assert other.delete(key)
         tombstone = tier.redis_key(key) + ":invalidated"
         assert 0 < admin.pttl(tombstone) <= 3600_000  # remembered for tombstone_ttl_s
-        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, since_s=before) == (
-            "invalidated"
-        )
+        assert tier.put_unless_invalidated(
+            key, b"v1", ttl_s=None, since_s=before, looked_up_ns=now_ns()
+        ) == ("invalidated")
         assert tier.get(key) is None
         after = time.time() + 0.5  # a lookup that began after the delete
-        assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, since_s=after) == "stored"
+        assert (
+            tier.put_unless_invalidated(key, b"v2", ttl_s=30, since_s=after, looked_up_ns=now_ns())
+            == "stored"
+        )
         assert tier.get(key) == b"v2"
         assert 0 < admin.pttl(tier.redis_key(key)) <= 30_000  # its TTL came along
         assert tier.stats().items == 1  # the tombstone is not a cached value
@@ -96,17 +122,33 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         bucket = SemanticKey("acme", "t1", 7).to_string()
         tier.put(bucket, b"s")
         other.delete(bucket)
-        assert tier.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before) == (
-            "invalidated"
+        assert tier.put_unless_invalidated(
+            bucket, b"s", ttl_s=None, since_s=before, looked_up_ns=now_ns()
+        ) == ("invalidated")
+        # the tier's own delete does not refuse a lookup made after it (same clock, no skew),
+        # and does refuse one made before it
+        looked_up = time.monotonic_ns()
+        assert (
+            other.put_unless_invalidated(
+                bucket, b"s", ttl_s=None, since_s=before, looked_up_ns=looked_up
+            )
+            == "stored"
         )
-        # the tier's own fresh delete does not refuse (its cache's fences do, see the tier)
-        assert other.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before) == ("stored")
+        other.delete(bucket)
+        assert (
+            other.put_unless_invalidated(
+                bucket, b"s", ttl_s=None, since_s=before, looked_up_ns=looked_up
+            )
+            == "invalidated"
+        )
         page = PrefixKey.chain("acme", "m", [list(range(16))])[0].to_string()
         tier.put(page, b"kv")
         assert tier.delete(page)
         assert admin.exists(tier.redis_key(page) + ":invalidated") == 0
         with pytest.raises(ValueError, match="only answers"):
-            tier.put_unless_invalidated(page, b"kv", ttl_s=None, since_s=after)
+            tier.put_unless_invalidated(
+                page, b"kv", ttl_s=None, since_s=after, looked_up_ns=now_ns()
+            )
     finally:
         tier.close()
         other.close()
@@ -118,12 +160,12 @@ def test_a_lookup_older_than_the_tombstones_last_is_refused(redis_url: str, name
     try:
         key = k("old").to_string()
         # no tombstone any more could say whether it was invalidated since: refused
-        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time() - 120) == (
-            "invalidated"
-        )
-        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time() - 30) == (
-            "stored"
-        )
+        assert tier.put_unless_invalidated(
+            key, b"v", ttl_s=None, since_s=time.time() - 120, looked_up_ns=now_ns()
+        ) == ("invalidated")
+        assert tier.put_unless_invalidated(
+            key, b"v", ttl_s=None, since_s=time.time() - 30, looked_up_ns=now_ns()
+        ) == ("stored")
         with pytest.raises(ValueError, match="tombstone_ttl_s"):
             RedisTier(redis_client(redis_url), namespace=namespace, tombstone_ttl_s=0)
     finally:
@@ -140,9 +182,9 @@ def test_a_redis_that_is_down_degrades_the_conditional_put_never_the_request(
     try:
         server.stop()
         key = k("fee").to_string()
-        assert shared.put_unless_invalidated(key, b"x", ttl_s=None, since_s=time.time()) == (
-            "failed"
-        )
+        assert shared.put_unless_invalidated(
+            key, b"x", ttl_s=None, since_s=time.time(), looked_up_ns=now_ns()
+        ) == ("failed")
         assert shared.stats().errors >= 1
         assert cache.put(k("fee"), b"fee=1%", since_ns=time.monotonic_ns())  # memory took it
         assert cache.get(k("fee")) == b"fee=1%"
@@ -161,7 +203,12 @@ def test_a_tenant_acl_user_may_run_the_scripts(redis_url: str, namespace: str) -
     tier = RedisTier(redis_client(redis_url, username=user, password="s3cret"), namespace=namespace)
     try:
         key = k("q").to_string()
-        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time()) == "stored"
+        assert (
+            tier.put_unless_invalidated(
+                key, b"v", ttl_s=None, since_s=time.time(), looked_up_ns=now_ns()
+            )
+            == "stored"
+        )
         assert tier.delete(key)
         assert tier.stats().errors == 0
     finally:
@@ -212,11 +259,8 @@ def test_clearing_an_older_copy_leaves_no_tombstone(redis_url: str, namespace: s
 
 
 def test_a_refill_is_refused_if_another_replica_invalidates_after_it_began(
-    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, namespace: str
 ) -> None:
-    # a refill may run longer than own deletes are trusted: its own tombstone is accepted
-    # because it is that delete's refill, not because the tombstone is young
-    monkeypatch.setattr(redis_tier, "_OWN_MARK_TRUSTED_S", 0.0)
     (a, _), (b, _), (c, _) = (replica(redis_url, False, namespace) for _ in range(3))
     source = {"nav": "NAV=100.9"}
     read, release = threading.Event(), threading.Event()
@@ -280,12 +324,6 @@ def test_a_semantic_bucket_invalidated_after_the_lookup_is_not_written_back(
     bucket another replica invalidated meanwhile must not come back with its old entries."""
     from flows.gateway.semantic import SemanticLayer
 
-    class OneDirection:  # every prompt embeds alike: one bucket, similarity 1
-        def embed(self, texts: list[str]) -> np.ndarray:
-            vectors = np.zeros((len(texts), 8), np.float32)
-            vectors[:, 0] = 1
-            return vectors
-
     def layer() -> SemanticLayer:
         return SemanticLayer(replica(redis_url, False, namespace)[0], OneDirection(), 0.5)
 
@@ -299,3 +337,65 @@ def test_a_semantic_bucket_invalidated_after_the_lookup_is_not_written_back(
     finally:
         for one in (a, b, c):
             one.cache.close()
+
+
+def test_semantic_stores_of_one_bucket_made_meanwhile_are_both_kept() -> None:
+    """A bucket holds many prompts' answers: another request writing it between this one's
+    lookup and its store is no reason to drop this store (only a delete is)."""
+    from flows.gateway.semantic import SemanticLayer
+
+    layer = SemanticLayer(HybridCache([MemoryTier(1 << 20)]), OneDirection(), 0.5)
+    try:
+        a_looked_up = time.monotonic_ns()
+        b_looked_up = time.monotonic_ns()
+        layer.store("acme", "m", "t", "what is the fee?", None, ("fee=1%", "stop", 3), b_looked_up)
+        layer.store("acme", "m", "t", "what is the NAV?", None, ("NAV=1", "stop", 3), a_looked_up)
+        assert layer.lookup("acme", "m", "t", "what is the fee?", None) is not None
+        assert layer.lookup("acme", "m", "t", "what is the NAV?", None) is not None
+    finally:
+        layer.cache.close()
+
+
+def test_a_delete_is_published_before_the_deleting_process_clears_its_own_slow_tiers(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """Another process must hear of the delete as soon as Redis has it: while this process's
+    SSD waits for its node's lock, the other would otherwise read its own old copy and could
+    write it back to Redis with a lookup time later than the tombstone."""
+
+    def feed() -> InvalidationFeed:
+        client = redis_client(redis_url, socket_timeout_s=5.0)
+        return InvalidationFeed(client, namespace=namespace, block_ms=100)
+
+    ssd = SSDTier(tmp_path / "ssd", 1 << 20, lock_timeout_s=6.0)
+    a_tiers = [MemoryTier(1 << 20), ssd, RedisTier(redis_client(redis_url), namespace=namespace)]
+    a = HybridCache(a_tiers, feed=feed())
+    b_memory = MemoryTier(1 << 20)
+    b_tiers = [b_memory, RedisTier(redis_client(redis_url), namespace=namespace)]
+    b = HybridCache(b_tiers, feed=feed())
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_node_lock() -> None:  # another process's SSD write on the node
+        db = sqlite3.connect(next((tmp_path / "ssd").glob("*.sqlite")), isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")
+        locked.set()
+        release.wait(10)
+        db.execute("COMMIT")
+        db.close()
+
+    try:
+        wait_until(lambda: a._feed.healthy() and b._feed.healthy())  # type: ignore[union-attr]
+        a.put(k("nav"), b"NAV=101.2")
+        assert b.get(k("nav")) == b"NAV=101.2" and b_memory.contains(k("nav").to_string())
+        holder = threading.Thread(target=hold_the_node_lock)
+        holder.start()
+        assert locked.wait(10)
+        deleting = threading.Thread(target=a.delete, args=(k("nav"),))
+        deleting.start()
+        # heard while a's SSD delete still waits for the lock (up to 6 s): published first
+        wait_until(lambda: not b_memory.contains(k("nav").to_string()), timeout_s=3.0)
+        assert deleting.is_alive()
+    finally:
+        release.set()
+        for cache in (a, b):
+            cache.close()
