@@ -88,6 +88,10 @@ class Fences:
         self._writes_done.notify_all()
         return self._stamps.get(key) != mine
 
+    def writing(self, key: str) -> bool:
+        """Whether a put of `key` is writing now."""
+        return key in self._writing
+
     def wait_for_writes(self, key: str, before: int, timeout_s: float) -> tuple[bool, bool]:
         """Wait until no put of `key` that fenced before `before` is writing. Returns (whether
         one was, whether they all finished within `timeout_s`)."""

@@ -203,7 +203,9 @@ class HybridCache:
         # lookup makes the new entry stale (a write of the bucket since does not)
         stale = self._fences.deleted_since if kind == "semantic" else self._fences.stale
         with self._copy_lock:  # check and fence at once: no invalidation can fall between
-            if since_ns is not None and stale(text, since_ns):
+            if since_ns is not None and (
+                stale(text, since_ns) or (kind == "semantic" and self._fences.writing(text))
+            ):  # (two writes of a bucket at once would both end superseded: it would go)
                 self.metrics.writes.labels("all", kind, "superseded").inc()
                 return False
             mine = self._fences.begin_write(text)  # older copies in flight are dropped now
@@ -326,6 +328,9 @@ class HybridCache:
             with self._copy_lock:
                 self._fences.stamp(text, delete=True)
             fence = self._delete_fenced(text, tiers, publish=False)[1]
+        for tier in tiers:  # from now on no tier holds an old copy (see `RedisTier.settle`)
+            if _checks_tombstones(tier):
+                self._call(tier, "settle", tier.settle, text)  # type: ignore[attr-defined]
         return found, fence
 
     def _apply_remote_deletes(self, deletions: list[tuple[str, float]]) -> None:
@@ -514,6 +519,12 @@ class HybridCache:
         ) -> None:
             if ttl_left_s is not None and ttl_left_s <= 0:
                 return
+            if (
+                self._feed is not None
+                and key_kind(key) in _ANSWER_KINDS
+                and not self._feed.healthy()
+            ):
+                return  # it may have been invalidated unheard: not carried to a tier others read
             with self._copy_lock:
                 if written_ns is not None and self._fences.stale(key, written_ns):
                     return  # written again or deleted after this value was written: stale
@@ -532,19 +543,19 @@ class HybridCache:
         parent: str | None = None,
     ) -> bool:
         """A promotion's or demotion's write. An answer going into a tier that keeps tombstones
-        (Redis) is written only if no process invalidated it after this process's own tiers
-        last caught up with the others' deletes (the feed; without one, since `since_ns`, when
-        the value was read or written here): an answer still held here was not invalidated
-        before then (the feed would have removed it, and a gap drops every answer), and an
-        evicted answer must not carry an old value back into Redis. Copies without a time go
-        as ever."""
+        (Redis) is written only if no process invalidated it since `since_ns` (when the value
+        was read or written here), nor since this process's own tiers last caught up with the
+        others' deletes (the feed), whichever is earlier: an evicted answer must not carry an
+        old value back into Redis, even when the invalidation's publish is late. Copies
+        without a time go as ever."""
         if since_ns is not None and key_kind(key) in _ANSWER_KINDS and _checks_tombstones(tier):
-            since_s = self._own_tiers_current() if self._feed is not None else None
+            since_s = self._lookup_wall(since_ns)
+            if self._feed is not None:
+                since_s = min(since_s, self._own_tiers_current())
             outcome = self._call(
                 tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
-                key, value, ttl_s=ttl,
-                since_s=self._lookup_wall(since_ns) if since_s is None else since_s,
-                looked_up_ns=since_ns, on_error="failed",
+                key, value, ttl_s=ttl, since_s=since_s, looked_up_ns=since_ns,
+                on_error="failed",
             )  # fmt: skip
             if outcome == "invalidated":
                 self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()

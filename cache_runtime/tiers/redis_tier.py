@@ -77,6 +77,7 @@ else
 end
 return 1
 """
+_UNSETTLED = 2**63  # an own delete not yet complete in every tier: no lookup is after it
 _OWN_MARKS_LIMIT = 100_000  # marks of this tier's latest deletes (see `put_unless_invalidated`)
 _MIN_TOMBSTONE_TTL_S = 60.0  # a lookup must fit in it, with the caller's clock skew allowance
 
@@ -290,11 +291,12 @@ class RedisTier:
         gone). A failure leaves the key a suspect, as `put` does.
 
         `looked_up_ns`: `time.monotonic_ns()` of that lookup. The tombstone of this tier's own
-        last delete of the key does not count if the delete was done before it (same clock,
-        no skew to allow): the answer was then computed after that delete. Without this, the
-        skew allowance would refuse the refill of an invalidation, and every answer looked up
-        in the second after it, in the very process that invalidated. A tier belongs to one
-        process; another's delete since, or a delete after the lookup, still refuses it.
+        last delete of the key does not count if the delete was complete before it (`settle`:
+        same clock, no skew to allow): the answer was then computed after that delete.
+        Without this, the skew allowance would refuse the refill of an invalidation, and every
+        answer looked up in the second after it, in the very process that invalidated. A tier
+        belongs to one process; another's delete since, or a delete after the lookup, still
+        refuses it.
 
         Raises:
             ValueError: `key` is not an answer (only answers have tombstones).
@@ -496,10 +498,18 @@ class RedisTier:
         self._suspects.discard(key)
         return deleted
 
+    def settle(self, key: str) -> None:
+        """The delete of `key` this tier took part in is complete in every tier of its cache:
+        only lookups from now on may pass its tombstone (before, one could still read an old
+        copy from a tier not yet cleared)."""
+        with self._own_marks_lock:
+            if key in self._own_marks:
+                self._own_marks[key] = (self._own_marks[key][0], time.monotonic_ns())
+
     def _remember_mark(self, key: str, stamp: bytes | str) -> None:
         with self._own_marks_lock:
             mark = stamp.decode() if isinstance(stamp, bytes) else stamp
-            self._own_marks[key] = (mark, time.monotonic_ns())
+            self._own_marks[key] = (mark, _UNSETTLED)  # trusted from `settle` on
             self._own_marks.move_to_end(key)
             if len(self._own_marks) > _OWN_MARKS_LIMIT:
                 self._own_marks.popitem(last=False)

@@ -125,8 +125,17 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         assert tier.put_unless_invalidated(
             bucket, b"s", ttl_s=None, since_s=before, looked_up_ns=now_ns()
         ) == ("invalidated")
-        # the tier's own delete does not refuse a lookup made after it (same clock, no skew),
-        # and does refuse one made before it
+        # the tier's own delete, once complete in its cache's tiers (`settle`), does not refuse
+        # a lookup made after it (same clock, no skew), and does refuse one made before it or
+        # while it was not complete (an old copy could still be read then)
+        looked_up = time.monotonic_ns()
+        assert (
+            other.put_unless_invalidated(
+                bucket, b"s", ttl_s=None, since_s=before, looked_up_ns=looked_up
+            )
+            == "invalidated"
+        )
+        other.settle(bucket)
         looked_up = time.monotonic_ns()
         assert (
             other.put_unless_invalidated(
@@ -399,3 +408,125 @@ def test_a_delete_is_published_before_the_deleting_process_clears_its_own_slow_t
         release.set()
         for cache in (a, b):
             cache.close()
+
+
+def test_a_demotion_is_checked_from_the_answers_own_time_when_a_publish_never_comes(
+    redis_url: str, namespace: str
+) -> None:
+    """The invalidating process died (or its publish failed) after its Redis delete: this
+    process's feed keeps catching up past the tombstone, but its evicted old answer must still
+    not go back into Redis."""
+    feed = InvalidationFeed(redis_client(redis_url, socket_timeout_s=5.0), namespace=namespace)
+    a_tiers = [MemoryTier(4096), RedisTier(redis_client(redis_url), namespace=namespace)]
+    a = HybridCache(a_tiers, feed=feed)
+    (x, _), (c, _) = (replica(redis_url, False, namespace) for _ in range(2))  # x: no feed
+    try:
+        a.put(k("nav"), b"OLD" * 100)
+        x.invalidate(k("nav"))  # never published
+        invalidated_at = time.time()
+        wait_until(lambda: (feed.applied_until() or 0.0) > invalidated_at + 1.5)
+        for i in range(40):  # a's memory evicts the old answer into Redis
+            a.put(k(f"other{i}"), b"x" * 300)
+        assert c.get(k("nav")) is None
+        assert a.metrics.writes.labels("redis", "exact", "invalidated")._value.get() >= 1
+    finally:
+        for cache in (a, x, c):
+            cache.close()
+
+
+def test_a_bucket_read_during_this_processs_own_delete_is_not_written_back(
+    redis_url: str, namespace: str
+) -> None:
+    """Between the Redis delete and the clearing of this process's own tiers, a request can
+    still read the old bucket here; its write-back must not put it back into Redis."""
+    a, _ = replica(redis_url, False, namespace)
+    c, _ = replica(redis_url, False, namespace)
+    bucket = SemanticKey("acme", "t@m", 0).to_string()
+    redis_tier = a.tiers[-1]
+    deleted, release = threading.Event(), threading.Event()
+    real_delete = redis_tier.delete
+
+    def delete_then_stall(key: str, **options: object) -> bool:  # own tiers cleared later
+        result = real_delete(key, **options)  # type: ignore[arg-type]
+        deleted.set()
+        assert release.wait(10)
+        return result
+
+    try:
+        a.put(bucket, b"[old entry]")
+        a.tiers = [redis_tier, a.tiers[0]]  # Redis cleared first, then the stalled rest
+        redis_tier.delete = delete_then_stall  # type: ignore[method-assign]
+        deleting = threading.Thread(target=a.delete, args=(bucket,))
+        deleting.start()
+        assert deleted.wait(10)
+        looked_up = time.monotonic_ns()  # a request of a, after the Redis delete
+        old = a.tiers[1].get(bucket)  # its own memory: not cleared yet
+        assert old == b"[old entry]"
+        assert not a.put(bucket, old + b"[new entry]", since_ns=looked_up)
+        release.set()
+        deleting.join(10)
+        assert c.get(bucket) is None
+    finally:
+        release.set()
+        for cache in (a, c):
+            cache.close()
+
+
+def test_two_semantic_writes_of_one_bucket_at_once_keep_the_bucket(
+    redis_url: str, namespace: str
+) -> None:
+    """Two requests storing into one bucket at the same moment: the second is refused (a miss
+    for its entry); before, both ended superseded and deleted the bucket for everyone."""
+    admin = redis.Redis.from_url(redis_url)
+    writing, release = threading.Event(), threading.Event()
+
+    class Held(RedisTier):
+        def put_unless_invalidated(self, *args: object, **kwargs: object) -> str:
+            writing.set()
+            assert release.wait(10)
+            return super().put_unless_invalidated(*args, **kwargs)  # type: ignore[arg-type]
+
+    a = HybridCache([MemoryTier(1 << 20), Held(redis_client(redis_url), namespace=namespace)])
+    bucket = SemanticKey("acme", "t@m", 1).to_string()
+    results: dict[int, bool] = {}
+    try:
+        first_lookup, second_lookup = time.monotonic_ns(), time.monotonic_ns()
+        first = threading.Thread(
+            target=lambda: results.update({1: a.put(bucket, b"[e1]", since_ns=first_lookup)})
+        )
+        first.start()
+        assert writing.wait(10)
+        results[2] = a.put(bucket, b"[e2]", since_ns=second_lookup)  # while the first writes
+        release.set()
+        first.join(10)
+        assert results == {1: True, 2: False}
+        assert a.get(bucket) == b"[e1]"
+        assert admin.exists(a.tiers[1].redis_key(bucket) + ":invalidated") == 0  # type: ignore[attr-defined]
+    finally:
+        release.set()
+        a.close()
+        admin.close()
+
+
+def test_answers_are_not_demoted_while_the_feed_may_have_missed_a_delete(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """An answer this process may not have heard was invalidated is not carried into a tier
+    that other processes read (the node's SSD); KV pages, which cannot go stale, still are."""
+    now = [0.0]
+    feed = InvalidationFeed(
+        redis_client(redis_url, socket_timeout_s=5.0), namespace=namespace, monotonic=lambda: now[0]
+    )
+    ssd = SSDTier(tmp_path / "ssd", 1 << 20)
+    tiers = [MemoryTier(4096), ssd, RedisTier(redis_client(redis_url), namespace=namespace)]
+    b = HybridCache(tiers, write_through=["memory", "redis"], feed=feed)
+    try:
+        wait_until(feed.healthy)
+        now[0] += 3600.0  # the feed has not caught up for an hour
+        assert not feed.healthy()
+        b.put(k("nav"), b"OLD" * 100)
+        for i in range(40):
+            b.put(k(f"other{i}"), b"x" * 300)
+        assert not ssd.contains(k("nav").to_string())
+    finally:
+        b.close()
