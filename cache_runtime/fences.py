@@ -24,6 +24,7 @@ class Fences:
         self.lock = threading.RLock()
         self._stamps: OrderedDict[str, int] = OrderedDict()  # key -> monotonic_ns, oldest first
         self._deletes: dict[str, int] = {}  # key -> its last delete's stamp (while it has one)
+        self._deleting: dict[str, int] = {}  # key -> deletes in flight
         self._refilling: dict[str, int] = {}  # key -> refills in flight (their fences are kept)
         self._writing: dict[str, list[int]] = {}  # key -> the fences of its puts still writing
         self._writes_done = threading.Condition(self.lock)
@@ -34,13 +35,27 @@ class Fences:
         return self._stamps.get(key)
 
     def stale(self, key: str, since_ns: int) -> bool:
-        """Whether the key was written or deleted at or after `since_ns`."""
-        return self._stamps.get(key, -1) >= since_ns
+        """Whether the key was written or deleted at or after `since_ns`, or is being deleted
+        (a value read meanwhile may come from a tier not cleared yet)."""
+        return key in self._deleting or self._stamps.get(key, -1) >= since_ns
 
     def deleted_since(self, key: str, since_ns: int) -> bool:
-        """Whether the key was deleted at or after `since_ns` (a write since does not count:
-        for a value merged into what the key holds when it is written, a semantic bucket)."""
-        return self._deletes.get(key, -1) >= since_ns
+        """Whether the key was deleted at or after `since_ns` (its delete ended then or later),
+        or is being deleted; a write since does not count (for a value merged into what the key
+        holds when it is written: a semantic bucket)."""
+        return key in self._deleting or self._deletes.get(key, -1) >= since_ns
+
+    def begin_delete(self, key: str) -> int:
+        """A delete of `key` starts: until `end_delete`, every copy and put of it is stale."""
+        self._deleting[key] = self._deleting.get(key, 0) + 1
+        return self.stamp(key, delete=True)
+
+    def end_delete(self, key: str) -> int:
+        """The delete is complete in every tier; returns the key's fence from now."""
+        left = self._deleting.pop(key) - 1
+        if left:
+            self._deleting[key] = left
+        return self.stamp(key, delete=True)
 
     def stamp(self, key: str, delete: bool = False) -> int:
         """Fence `key` now (`delete`: for a delete), and forget fences nothing can need any

@@ -209,6 +209,9 @@ class HybridCache:
                 self.metrics.writes.labels("all", kind, "superseded").inc()
                 return False
             mine = self._fences.begin_write(text)  # older copies in flight are dropped now
+            # this process's deletes of the key were complete before the lookup (else stale):
+            # their tombstones do not refuse it (`RedisTier.put_unless_invalidated`)
+            own_marks = self._own_marks(text) if since_ns is not None else {}
         stored = invalidated = False
         try:  # from here on, `end_write` must run: a delete of the key waits for it
             with self._renew_lock:
@@ -217,7 +220,7 @@ class HybridCache:
                 else:
                     self._renew.pop(text, None)
             stored, invalidated = self._write_tiers(
-                text, value, kind, since_ns,
+                text, value, kind, since_ns, own_marks,
                 ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
             )  # fmt: skip
         finally:
@@ -248,6 +251,7 @@ class HybridCache:
         value: bytes,
         kind: str,
         since_ns: int | None,
+        own_marks: dict[str, str],
         **options: Any,
     ) -> tuple[bool, bool]:
         """`put`'s tier writes: (stored by at least one tier, invalidated elsewhere).
@@ -278,7 +282,7 @@ class HybridCache:
                 outcome = self._call(
                     tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
                     text, value, ttl_s=options["ttl_s"], since_s=since_s,
-                    looked_up_ns=since_ns, on_error="failed",
+                    own_mark=own_marks.get(tier.name, ""), on_error="failed",
                 )  # fmt: skip
                 if outcome == "invalidated":
                     self.metrics.writes.labels(tier.name, kind, "invalidated").inc()
@@ -317,20 +321,21 @@ class HybridCache:
         tiers = self.tiers if tiers is None else tiers
         with self._renew_lock:
             self._renew.pop(text, None)
-        with self._copy_lock:
-            first = self._fences.stamp(text, delete=True)
-        found, fence = self._delete_fenced(text, tiers, publish)
-        with self._copy_lock:  # puts that began before this delete and are still writing
-            overtaken, in_time = self._fences.wait_for_writes(text, first, _WRITE_WAIT_S)
-        if not in_time:
-            self.metrics.errors.labels("all", "invalidate_wait").inc()
-        if overtaken:  # what they wrote after the deletes above goes now
+        with self._copy_lock:  # until `end_delete`, no copy or put with a lookup time lands
+            first = self._fences.begin_delete(text)
+        try:
+            found = self._delete_fenced(text, tiers, publish)
+            with self._copy_lock:  # puts that began before this delete and are still writing
+                overtaken, in_time = self._fences.wait_for_writes(text, first, _WRITE_WAIT_S)
+            if not in_time:
+                self.metrics.errors.labels("all", "invalidate_wait").inc()
+            if overtaken:  # what they wrote after the deletes above goes now
+                with self._copy_lock:
+                    self._fences.stamp(text, delete=True)
+                self._delete_fenced(text, tiers, publish=False)
+        finally:
             with self._copy_lock:
-                self._fences.stamp(text, delete=True)
-            fence = self._delete_fenced(text, tiers, publish=False)[1]
-        for tier in tiers:  # from now on no tier holds an old copy (see `RedisTier.settle`)
-            if _checks_tombstones(tier):
-                self._call(tier, "settle", tier.settle, text)  # type: ignore[attr-defined]
+                fence = self._fences.end_delete(text)
         return found, fence
 
     def _apply_remote_deletes(self, deletions: list[tuple[str, float]]) -> None:
@@ -394,11 +399,11 @@ class HybridCache:
             self._publish(text)
         results += [self._call(tier, "delete", tier.delete, text) for tier in own]
         with self._copy_lock:
-            fence = self._fences.stamp(text, delete=True)
+            self._fences.stamp(text, delete=True)
         for tier in tiers:
             if tier is not self.tiers[-1]:  # the last tier is never promoted into
                 self._call(tier, "delete", tier.delete, text)
-        return any(results), fence
+        return any(results)
 
     def _publish(self, key: str) -> None:
         """Tell the other processes of this delete (the feed; a failure is retried by it)."""
@@ -554,13 +559,20 @@ class HybridCache:
                 since_s = min(since_s, self._own_tiers_current())
             outcome = self._call(
                 tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
-                key, value, ttl_s=ttl, since_s=since_s, looked_up_ns=since_ns,
-                on_error="failed",
+                key, value, ttl_s=ttl, since_s=since_s,
+                own_mark=self._own_marks(key).get(tier.name, ""), on_error="failed",
             )  # fmt: skip
             if outcome == "invalidated":
                 self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()
             return outcome == "stored"
         return bool(self._call(tier, "put", tier.put, key, value, ttl_s=ttl, parent=parent))
+
+    def _own_marks(self, key: str) -> dict[str, str]:
+        """tier name -> the tombstone this process's last delete of `key` left there. Read
+        under the copy lock after a fence check has passed: this process's deletes of the key
+        were then complete before the value's time, so their tombstones do not refuse it."""
+        tiers = [tier for tier in self.tiers if _checks_tombstones(tier)]
+        return {tier.name: tier.own_mark(key) for tier in tiers}  # type: ignore[attr-defined]
 
     @staticmethod
     def _lookup_wall(since_ns: int) -> float:

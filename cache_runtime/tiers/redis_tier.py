@@ -23,7 +23,6 @@ which is why pinned entries belong in the memory or SSD tier as well.
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -77,7 +76,6 @@ else
 end
 return 1
 """
-_UNSETTLED = 2**63  # an own delete not yet complete in every tier: no lookup is after it
 _OWN_MARKS_LIMIT = 100_000  # marks of this tier's latest deletes (see `put_unless_invalidated`)
 _MIN_TOMBSTONE_TTL_S = 60.0  # a lookup must fit in it, with the caller's clock skew allowance
 
@@ -188,8 +186,7 @@ class RedisTier:
             raise ValueError(f"tombstone_ttl_s must be at least {_MIN_TOMBSTONE_TTL_S:g}")
         self.tombstone_ttl_s = tombstone_ttl_s
         self._mark_ms = max(1, int(tombstone_ttl_s * 1000))
-        # key -> (the mark of this tier's last delete of it, monotonic_ns when it was done)
-        self._own_marks: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._own_marks: OrderedDict[str, str] = OrderedDict()  # key -> its last delete's mark
         self._own_marks_lock = threading.Lock()
         self.name = name
         self.namespace = namespace
@@ -282,7 +279,7 @@ class RedisTier:
         *,
         ttl_s: float | None,
         since_s: float,
-        looked_up_ns: int,
+        own_mark: str = "",
     ) -> PutOutcome:
         """Write the answer `key` unless it was invalidated at or after `since_s` (wall-clock
         seconds: when the lookup that `value` was computed from began, less the clock skew the
@@ -290,13 +287,12 @@ class RedisTier:
         "invalidated" also for a lookup older than `tombstone_ttl_s` (its tombstone may be
         gone). A failure leaves the key a suspect, as `put` does.
 
-        `looked_up_ns`: `time.monotonic_ns()` of that lookup. The tombstone of this tier's own
-        last delete of the key does not count if the delete was complete before it (`settle`:
-        same clock, no skew to allow): the answer was then computed after that delete.
-        Without this, the skew allowance would refuse the refill of an invalidation, and every
-        answer looked up in the second after it, in the very process that invalidated. A tier
-        belongs to one process; another's delete since, or a delete after the lookup, still
-        refuses it.
+        `own_mark`: a tombstone that does not count (`own_mark(key)`, read by the caller before
+        it made sure that this process's own deletes of the key were complete before the
+        lookup: its cache's fences say so exactly, on one clock, with no skew to allow). Without
+        it the skew allowance would refuse the refill of an invalidation, and every answer
+        looked up in the second after it, in the very process that invalidated. A delete since,
+        by anyone, leaves another tombstone, which still refuses it.
 
         Raises:
             ValueError: `key` is not an answer (only answers have tombstones).
@@ -311,13 +307,10 @@ class RedisTier:
             return "failed"  # Redis may still hold an older value: not written over
         px = "0" if ttl_s is None else str(max(1, int(ttl_s * 1000)))
         oldest = int(self.tombstone_ttl_s * 1e6)
-        with self._own_marks_lock:
-            mark, deleted_ns = self._own_marks.get(key, ("", looked_up_ns))
-        accepted = mark if deleted_ns < looked_up_ns else ""
         try:
             written = self._client.eval(
                 _SET_UNLESS_INVALIDATED, 2, name, tombstone,
-                value, px, int(since_s * 1e6), oldest, accepted,
+                value, px, int(since_s * 1e6), oldest, own_mark,
             )  # fmt: skip
         except _ERRORS:
             self._count_error()
@@ -498,18 +491,16 @@ class RedisTier:
         self._suspects.discard(key)
         return deleted
 
-    def settle(self, key: str) -> None:
-        """The delete of `key` this tier took part in is complete in every tier of its cache:
-        only lookups from now on may pass its tombstone (before, one could still read an old
-        copy from a tier not yet cleared)."""
+    def own_mark(self, key: str) -> str:
+        """The tombstone this tier's last delete of `key` left, or "" (see
+        `put_unless_invalidated`)."""
         with self._own_marks_lock:
-            if key in self._own_marks:
-                self._own_marks[key] = (self._own_marks[key][0], time.monotonic_ns())
+            return self._own_marks.get(key, "")
 
     def _remember_mark(self, key: str, stamp: bytes | str) -> None:
         with self._own_marks_lock:
             mark = stamp.decode() if isinstance(stamp, bytes) else stamp
-            self._own_marks[key] = (mark, _UNSETTLED)  # trusted from `settle` on
+            self._own_marks[key] = mark
             self._own_marks.move_to_end(key)
             if len(self._own_marks) > _OWN_MARKS_LIMIT:
                 self._own_marks.popitem(last=False)

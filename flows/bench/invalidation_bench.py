@@ -128,9 +128,7 @@ def _guarded_put_latencies(url: str, puts: int) -> tuple[list[float], list[float
             tier.delete(key)  # a tombstone to check
             since = time.time()
             started = time.perf_counter()
-            outcome = tier.put_unless_invalidated(
-                key, value, ttl_s=None, since_s=since, looked_up_ns=time.monotonic_ns()
-            )
+            outcome = tier.put_unless_invalidated(key, value, ttl_s=None, since_s=since)
             guarded.append(time.perf_counter() - started)
             if outcome != "stored":
                 raise RuntimeError(f"a guarded put after its tombstone was {outcome}")

@@ -38,11 +38,6 @@ class OneDirection:
         return vectors
 
 
-def now_ns() -> int:
-    """A lookup made now (no delete of this tier's own comes after it)."""
-    return time.monotonic_ns()
-
-
 @pytest.fixture
 def namespace() -> str:
     return f"tomb{uuid.uuid4().hex[:8]}"
@@ -97,24 +92,16 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
     key = k("limit").to_string()
     try:
         before = time.time() - 0.5
-        assert (
-            tier.put_unless_invalidated(
-                key, b"v1", ttl_s=None, since_s=before, looked_up_ns=now_ns()
-            )
-            == "stored"
-        )
+        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, since_s=before) == "stored"
         assert other.delete(key)
         tombstone = tier.redis_key(key) + ":invalidated"
         assert 0 < admin.pttl(tombstone) <= 3600_000  # remembered for tombstone_ttl_s
-        assert tier.put_unless_invalidated(
-            key, b"v1", ttl_s=None, since_s=before, looked_up_ns=now_ns()
-        ) == ("invalidated")
+        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, since_s=before) == (
+            "invalidated"
+        )
         assert tier.get(key) is None
         after = time.time() + 0.5  # a lookup that began after the delete
-        assert (
-            tier.put_unless_invalidated(key, b"v2", ttl_s=30, since_s=after, looked_up_ns=now_ns())
-            == "stored"
-        )
+        assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, since_s=after) == "stored"
         assert tier.get(key) == b"v2"
         assert 0 < admin.pttl(tier.redis_key(key)) <= 30_000  # its TTL came along
         assert tier.stats().items == 1  # the tombstone is not a cached value
@@ -122,32 +109,20 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         bucket = SemanticKey("acme", "t1", 7).to_string()
         tier.put(bucket, b"s")
         other.delete(bucket)
-        assert tier.put_unless_invalidated(
-            bucket, b"s", ttl_s=None, since_s=before, looked_up_ns=now_ns()
-        ) == ("invalidated")
-        # the tier's own delete, once complete in its cache's tiers (`settle`), does not refuse
-        # a lookup made after it (same clock, no skew), and does refuse one made before it or
-        # while it was not complete (an old copy could still be read then)
-        looked_up = time.monotonic_ns()
-        assert (
-            other.put_unless_invalidated(
-                bucket, b"s", ttl_s=None, since_s=before, looked_up_ns=looked_up
-            )
-            == "invalidated"
+        assert tier.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before) == (
+            "invalidated"
         )
-        other.settle(bucket)
-        looked_up = time.monotonic_ns()
+        # a tombstone the caller names as its own (`own_mark`, read when its fences showed its
+        # deletes complete before the lookup) does not refuse; another delete since does
+        mark = other.own_mark(bucket)
+        assert mark
         assert (
-            other.put_unless_invalidated(
-                bucket, b"s", ttl_s=None, since_s=before, looked_up_ns=looked_up
-            )
+            other.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before, own_mark=mark)
             == "stored"
         )
-        other.delete(bucket)
+        tier.delete(bucket)  # someone else's
         assert (
-            other.put_unless_invalidated(
-                bucket, b"s", ttl_s=None, since_s=before, looked_up_ns=looked_up
-            )
+            other.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before, own_mark=mark)
             == "invalidated"
         )
         page = PrefixKey.chain("acme", "m", [list(range(16))])[0].to_string()
@@ -155,9 +130,7 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         assert tier.delete(page)
         assert admin.exists(tier.redis_key(page) + ":invalidated") == 0
         with pytest.raises(ValueError, match="only answers"):
-            tier.put_unless_invalidated(
-                page, b"kv", ttl_s=None, since_s=after, looked_up_ns=now_ns()
-            )
+            tier.put_unless_invalidated(page, b"kv", ttl_s=None, since_s=after)
     finally:
         tier.close()
         other.close()
@@ -169,12 +142,12 @@ def test_a_lookup_older_than_the_tombstones_last_is_refused(redis_url: str, name
     try:
         key = k("old").to_string()
         # no tombstone any more could say whether it was invalidated since: refused
-        assert tier.put_unless_invalidated(
-            key, b"v", ttl_s=None, since_s=time.time() - 120, looked_up_ns=now_ns()
-        ) == ("invalidated")
-        assert tier.put_unless_invalidated(
-            key, b"v", ttl_s=None, since_s=time.time() - 30, looked_up_ns=now_ns()
-        ) == ("stored")
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time() - 120) == (
+            "invalidated"
+        )
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time() - 30) == (
+            "stored"
+        )
         with pytest.raises(ValueError, match="tombstone_ttl_s"):
             RedisTier(redis_client(redis_url), namespace=namespace, tombstone_ttl_s=0)
     finally:
@@ -191,9 +164,9 @@ def test_a_redis_that_is_down_degrades_the_conditional_put_never_the_request(
     try:
         server.stop()
         key = k("fee").to_string()
-        assert shared.put_unless_invalidated(
-            key, b"x", ttl_s=None, since_s=time.time(), looked_up_ns=now_ns()
-        ) == ("failed")
+        assert shared.put_unless_invalidated(key, b"x", ttl_s=None, since_s=time.time()) == (
+            "failed"
+        )
         assert shared.stats().errors >= 1
         assert cache.put(k("fee"), b"fee=1%", since_ns=time.monotonic_ns())  # memory took it
         assert cache.get(k("fee")) == b"fee=1%"
@@ -212,12 +185,7 @@ def test_a_tenant_acl_user_may_run_the_scripts(redis_url: str, namespace: str) -
     tier = RedisTier(redis_client(redis_url, username=user, password="s3cret"), namespace=namespace)
     try:
         key = k("q").to_string()
-        assert (
-            tier.put_unless_invalidated(
-                key, b"v", ttl_s=None, since_s=time.time(), looked_up_ns=now_ns()
-            )
-            == "stored"
-        )
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time()) == "stored"
         assert tier.delete(key)
         assert tier.stats().errors == 0
     finally:
@@ -465,6 +433,8 @@ def test_a_bucket_read_during_this_processs_own_delete_is_not_written_back(
         assert not a.put(bucket, old + b"[new entry]", since_ns=looked_up)
         release.set()
         deleting.join(10)
+        # nor once the delete is over, however long it took: the lookup was made during it
+        assert not a.put(bucket, old + b"[new entry]", since_ns=looked_up)
         assert c.get(bucket) is None
     finally:
         release.set()
@@ -530,3 +500,42 @@ def test_answers_are_not_demoted_while_the_feed_may_have_missed_a_delete(
         assert not ssd.contains(k("nav").to_string())
     finally:
         b.close()
+
+
+def test_a_put_is_refused_while_any_delete_of_its_key_is_still_running(
+    redis_url: str, namespace: str
+) -> None:
+    """Two deletes of one key overlap (an invalidation and a superseded put's cleanup, say):
+    the second ending is no sign that the first has cleared every tier."""
+    a, _ = replica(redis_url, False, namespace)
+    c, _ = replica(redis_url, False, namespace)
+    bucket = SemanticKey("acme", "t@m", 2).to_string()
+    redis_tier = a.tiers[-1]
+    first_deleted, release = threading.Event(), threading.Event()
+    real_delete = redis_tier.delete
+
+    def first_one_stalls(key: str, **options: object) -> bool:
+        result = real_delete(key, **options)  # type: ignore[arg-type]
+        if not first_deleted.is_set():
+            first_deleted.set()
+            assert release.wait(10)
+        return result
+
+    try:
+        a.put(bucket, b"[old entry]")
+        a.tiers = [redis_tier, a.tiers[0]]  # Redis cleared first, then the stalled rest
+        redis_tier.delete = first_one_stalls  # type: ignore[method-assign]
+        first = threading.Thread(target=a.delete, args=(bucket,))
+        first.start()
+        assert first_deleted.wait(10)
+        a.delete(bucket)  # the second delete runs whole and ends
+        looked_up = time.monotonic_ns()
+        old = a.tiers[1].get(bucket) or b"[old entry]"  # what the first has not cleared
+        assert not a.put(bucket, old + b"[new entry]", since_ns=looked_up)
+        release.set()
+        first.join(10)
+        assert c.get(bucket) is None
+    finally:
+        release.set()
+        for cache in (a, c):
+            cache.close()
