@@ -53,6 +53,32 @@ def server(request: pytest.FixtureRequest, redis_url: str) -> Iterator[tuple[str
         yield cluster.url, True
 
 
+def delete_stalled_after_redis(
+    cache: HybridCache, key: str
+) -> tuple[threading.Thread, threading.Event]:
+    """Start deleting `key` from `cache` (memory over Redis) in a thread, Redis first, and
+    return once Redis is cleared, with the delete stalled there until the event is set: its
+    own tiers are then cleared late, as when an SSD waits for its node's lock. Later deletes
+    run whole."""
+    shared = cache.tiers[-1]
+    deleted, release = threading.Event(), threading.Event()
+    real_delete = shared.delete
+
+    def delete(key: str, **options: object) -> bool:
+        result = real_delete(key, **options)  # type: ignore[arg-type]
+        if not deleted.is_set():
+            deleted.set()
+            assert release.wait(10)
+        return result
+
+    cache.tiers = [shared, cache.tiers[0]]
+    shared.delete = delete  # type: ignore[method-assign]
+    deleting = threading.Thread(target=cache.delete, args=(key,))
+    deleting.start()
+    assert deleted.wait(10)
+    return deleting, release
+
+
 def replica(url: str, cluster: bool, namespace: str) -> tuple[HybridCache, MemoryTier]:
     """One serving process's cache: its own memory over the shared Redis, no feed."""
     memory = MemoryTier(1 << 20)
@@ -410,23 +436,10 @@ def test_a_bucket_read_during_this_processs_own_delete_is_not_written_back(
     a, _ = replica(redis_url, False, namespace)
     c, _ = replica(redis_url, False, namespace)
     bucket = SemanticKey("acme", "t@m", 0).to_string()
-    redis_tier = a.tiers[-1]
-    deleted, release = threading.Event(), threading.Event()
-    real_delete = redis_tier.delete
-
-    def delete_then_stall(key: str, **options: object) -> bool:  # own tiers cleared later
-        result = real_delete(key, **options)  # type: ignore[arg-type]
-        deleted.set()
-        assert release.wait(10)
-        return result
-
+    release = threading.Event()
     try:
         a.put(bucket, b"[old entry]")
-        a.tiers = [redis_tier, a.tiers[0]]  # Redis cleared first, then the stalled rest
-        redis_tier.delete = delete_then_stall  # type: ignore[method-assign]
-        deleting = threading.Thread(target=a.delete, args=(bucket,))
-        deleting.start()
-        assert deleted.wait(10)
+        deleting, release = delete_stalled_after_redis(a, bucket)
         looked_up = time.monotonic_ns()  # a request of a, after the Redis delete
         old = a.tiers[1].get(bucket)  # its own memory: not cleared yet
         assert old == b"[old entry]"
@@ -510,24 +523,10 @@ def test_a_put_is_refused_while_any_delete_of_its_key_is_still_running(
     a, _ = replica(redis_url, False, namespace)
     c, _ = replica(redis_url, False, namespace)
     bucket = SemanticKey("acme", "t@m", 2).to_string()
-    redis_tier = a.tiers[-1]
-    first_deleted, release = threading.Event(), threading.Event()
-    real_delete = redis_tier.delete
-
-    def first_one_stalls(key: str, **options: object) -> bool:
-        result = real_delete(key, **options)  # type: ignore[arg-type]
-        if not first_deleted.is_set():
-            first_deleted.set()
-            assert release.wait(10)
-        return result
-
+    release = threading.Event()
     try:
         a.put(bucket, b"[old entry]")
-        a.tiers = [redis_tier, a.tiers[0]]  # Redis cleared first, then the stalled rest
-        redis_tier.delete = first_one_stalls  # type: ignore[method-assign]
-        first = threading.Thread(target=a.delete, args=(bucket,))
-        first.start()
-        assert first_deleted.wait(10)
+        first, release = delete_stalled_after_redis(a, bucket)
         a.delete(bucket)  # the second delete runs whole and ends
         looked_up = time.monotonic_ns()
         old = a.tiers[1].get(bucket) or b"[old entry]"  # what the first has not cleared
