@@ -208,10 +208,10 @@ class HybridCache:
             ):  # (two writes of a bucket at once would both end superseded: it would go)
                 self.metrics.writes.labels("all", kind, "superseded").inc()
                 return False
+            # no delete of the key is running (else stale): the tombstones of this process's
+            # deletes settled before the lookup do not refuse it (`RedisTier.own_mark`)
+            own_marks = self._own_marks(text, since_ns) if since_ns is not None else {}
             mine = self._fences.begin_write(text)  # older copies in flight are dropped now
-            # this process's deletes of the key were complete before the lookup (else stale):
-            # their tombstones do not refuse it (`RedisTier.put_unless_invalidated`)
-            own_marks = self._own_marks(text) if since_ns is not None else {}
         stored = invalidated = False
         try:  # from here on, `end_write` must run: a delete of the key waits for it
             with self._renew_lock:
@@ -336,6 +336,9 @@ class HybridCache:
         finally:
             with self._copy_lock:
                 fence = self._fences.end_delete(text)
+            for tier in tiers:  # no old copy is left in them (`RedisTier.settle`)
+                if _checks_tombstones(tier):
+                    self._call(tier, "settle", tier.settle, text)  # type: ignore[attr-defined]
         return found, fence
 
     def _apply_remote_deletes(self, deletions: list[tuple[str, float]]) -> None:
@@ -386,7 +389,7 @@ class HybridCache:
                     complete = complete and deleted is not _UNKNOWN
         return complete
 
-    def _delete_fenced(self, text: str, tiers: Sequence[Tier], publish: bool) -> tuple[bool, int]:
+    def _delete_fenced(self, text: str, tiers: Sequence[Tier], publish: bool) -> bool:
         """Delete from `tiers`, the shared ones first, then tell the other processes
         (`publish`, through the feed) before this process's own tiers, which can be slow (an
         SSD waits for its node's lock): another process may not write back an old copy of its
@@ -560,19 +563,19 @@ class HybridCache:
             outcome = self._call(
                 tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
                 key, value, ttl_s=ttl, since_s=since_s,
-                own_mark=self._own_marks(key).get(tier.name, ""), on_error="failed",
+                own_mark=self._own_marks(key, since_ns).get(tier.name, ""), on_error="failed",
             )  # fmt: skip
             if outcome == "invalidated":
                 self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()
             return outcome == "stored"
         return bool(self._call(tier, "put", tier.put, key, value, ttl_s=ttl, parent=parent))
 
-    def _own_marks(self, key: str) -> dict[str, str]:
-        """tier name -> the tombstone this process's last delete of `key` left there. Read
-        under the copy lock after a fence check has passed: this process's deletes of the key
-        were then complete before the value's time, so their tombstones do not refuse it."""
+    def _own_marks(self, key: str, since_ns: int) -> dict[str, str]:
+        """tier name -> the tombstone this process's last delete of `key` left there, if that
+        delete was complete before `since_ns`. Read under the copy lock after a fence check
+        showed no delete of the key running."""
         tiers = [tier for tier in self.tiers if _checks_tombstones(tier)]
-        return {tier.name: tier.own_mark(key) for tier in tiers}  # type: ignore[attr-defined]
+        return {tier.name: tier.own_mark(key, since_ns) for tier in tiers}  # type: ignore[attr-defined]
 
     @staticmethod
     def _lookup_wall(since_ns: int) -> float:

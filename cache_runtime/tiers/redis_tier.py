@@ -23,6 +23,7 @@ which is why pinned entries belong in the memory or SSD tier as well.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -76,6 +77,7 @@ else
 end
 return 1
 """
+_UNSETTLED = 2**63  # an own delete whose cache has not finished it: no lookup comes after it
 _OWN_MARKS_LIMIT = 100_000  # marks of this tier's latest deletes (see `put_unless_invalidated`)
 _MIN_TOMBSTONE_TTL_S = 60.0  # a lookup must fit in it, with the caller's clock skew allowance
 
@@ -186,7 +188,8 @@ class RedisTier:
             raise ValueError(f"tombstone_ttl_s must be at least {_MIN_TOMBSTONE_TTL_S:g}")
         self.tombstone_ttl_s = tombstone_ttl_s
         self._mark_ms = max(1, int(tombstone_ttl_s * 1000))
-        self._own_marks: OrderedDict[str, str] = OrderedDict()  # key -> its last delete's mark
+        # key -> (the mark of this tier's last delete of it, monotonic_ns its cache settled it)
+        self._own_marks: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._own_marks_lock = threading.Lock()
         self.name = name
         self.namespace = namespace
@@ -287,9 +290,10 @@ class RedisTier:
         "invalidated" also for a lookup older than `tombstone_ttl_s` (its tombstone may be
         gone). A failure leaves the key a suspect, as `put` does.
 
-        `own_mark`: a tombstone that does not count (`own_mark(key)`, read by the caller before
-        it made sure that this process's own deletes of the key were complete before the
-        lookup: its cache's fences say so exactly, on one clock, with no skew to allow). Without
+        `own_mark`: a tombstone that does not count (`own_mark(key, looked_up_ns)`: this tier's
+        own last delete of the key, complete in every tier of its cache before the lookup, on
+        one clock, with no skew to allow; the caller reads it under its copy lock, right after
+        its fences showed no delete of the key running). Without
         it the skew allowance would refuse the refill of an invalidation, and every answer
         looked up in the second after it, in the very process that invalidated. A delete since,
         by anyone, leaves another tombstone, which still refuses it.
@@ -491,16 +495,25 @@ class RedisTier:
         self._suspects.discard(key)
         return deleted
 
-    def own_mark(self, key: str) -> str:
-        """The tombstone this tier's last delete of `key` left, or "" (see
+    def own_mark(self, key: str, looked_up_ns: int) -> str:
+        """The tombstone this tier's last delete of `key` left, if its cache settled that
+        delete (`settle`) before `looked_up_ns` (monotonic); else "" (see
         `put_unless_invalidated`)."""
         with self._own_marks_lock:
-            return self._own_marks.get(key, "")
+            mark, settled_ns = self._own_marks.get(key, ("", _UNSETTLED))
+        return mark if settled_ns < looked_up_ns else ""
+
+    def settle(self, key: str) -> None:
+        """Its cache's delete of `key` is complete in every tier: lookups from now on read no
+        old copy, so the tombstone of this tier's last delete of it need not refuse them."""
+        with self._own_marks_lock:
+            if key in self._own_marks:
+                self._own_marks[key] = (self._own_marks[key][0], time.monotonic_ns())
 
     def _remember_mark(self, key: str, stamp: bytes | str) -> None:
         with self._own_marks_lock:
             mark = stamp.decode() if isinstance(stamp, bytes) else stamp
-            self._own_marks[key] = mark
+            self._own_marks[key] = (mark, _UNSETTLED)  # until its cache settles it
             self._own_marks.move_to_end(key)
             if len(self._own_marks) > _OWN_MARKS_LIMIT:
                 self._own_marks.popitem(last=False)

@@ -138,9 +138,14 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         assert tier.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before) == (
             "invalidated"
         )
-        # a tombstone the caller names as its own (`own_mark`, read when its fences showed its
-        # deletes complete before the lookup) does not refuse; another delete since does
-        mark = other.own_mark(bucket)
+        # a tombstone the caller names as its own does not refuse; another delete since does.
+        # Its own: the tier's last delete, once settled (complete in every tier of its cache)
+        # before the lookup
+        looked_up = time.monotonic_ns()
+        assert other.own_mark(bucket, looked_up) == ""  # not settled
+        other.settle(bucket)
+        assert other.own_mark(bucket, looked_up) == ""  # settled after the lookup
+        mark = other.own_mark(bucket, time.monotonic_ns())
         assert mark
         assert (
             other.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before, own_mark=mark)
@@ -538,3 +543,27 @@ def test_a_put_is_refused_while_any_delete_of_its_key_is_still_running(
         release.set()
         for cache in (a, c):
             cache.close()
+
+
+def test_an_own_delete_after_the_lookup_refuses_it_even_once_the_fence_is_forgotten(
+    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fences are kept only for copies in flight; a generation can outlast them. Another
+    process invalidates after the lookup, then this one does too (its tombstone replaces the
+    other's): its own tombstone, left after the lookup, must still refuse the answer."""
+    from cache_runtime import fences
+
+    monkeypatch.setattr(fences, "_TTL_NS", 0)  # forget every fence but the newest at once
+    monkeypatch.setattr(fences, "_LIMIT", 0)
+    (a, _), (b, _) = (replica(redis_url, False, namespace) for _ in range(2))
+    try:
+        looked_up = time.monotonic_ns()  # a misses and starts generating
+        b.invalidate(k("fee"))
+        a.invalidate(k("fee"))
+        a.put(k("other"), b"x")  # traffic: the fence of k("fee") goes
+        assert k("fee").to_string() not in a._fences
+        assert not a.put(k("fee"), b"fee=2% (old)", since_ns=looked_up)
+        assert b.get(k("fee")) is None
+    finally:
+        a.close()
+        b.close()
