@@ -262,13 +262,8 @@ class HybridCache:
         In-process fences cannot see another process's invalidation until the feed brings it,
         and a value written to Redis in that window would be served to every process."""
         tiers: list[Tier] = self.tiers
-        since_s = None
-        if since_ns is not None and kind in _ANSWER_KINDS:
-            since_s = self._lookup_wall(since_ns)
-            if kind == "semantic" and self._feed is not None:
-                # a bucket is read, extended and written back: what it held came from this
-                # process's tiers, current only up to the feed's last catch-up
-                since_s = min(since_s, self._own_tiers_current())
+        guarded = since_ns is not None and kind in _ANSWER_KINDS
+        if guarded:
             tiers = sorted(self.tiers, key=lambda tier: not _checks_tombstones(tier))
         stored = False
         for tier in tiers:
@@ -278,14 +273,15 @@ class HybridCache:
                 else:
                     self._call(tier, "delete", tier.delete, text)
                 continue
-            if since_s is not None and _checks_tombstones(tier):
-                outcome = self._call(
-                    tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
-                    text, value, ttl_s=options["ttl_s"], since_s=since_s,
-                    own_mark=own_marks.get(tier.name, ""), on_error="failed",
+            if guarded and _checks_tombstones(tier):
+                assert since_ns is not None
+                # a semantic bucket is read, extended and written back: from this process's
+                # tiers, current only up to the feed's last catch-up
+                outcome = self._guarded_put(
+                    tier, text, value, options["ttl_s"], since_ns,
+                    read_here=kind == "semantic", own_mark=own_marks.get(tier.name, ""),
                 )  # fmt: skip
                 if outcome == "invalidated":
-                    self.metrics.writes.labels(tier.name, kind, "invalidated").inc()
                     return False, True
                 ok = outcome == "stored"
             else:
@@ -557,18 +553,35 @@ class HybridCache:
         old value back into Redis, even when the invalidation's publish is late. Copies
         without a time go as ever."""
         if since_ns is not None and key_kind(key) in _ANSWER_KINDS and _checks_tombstones(tier):
-            since_s = self._lookup_wall(since_ns)
-            if self._feed is not None:
-                since_s = min(since_s, self._own_tiers_current())
-            outcome = self._call(
-                tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
-                key, value, ttl_s=ttl, since_s=since_s,
-                own_mark=self._own_marks(key, since_ns).get(tier.name, ""), on_error="failed",
-            )  # fmt: skip
-            if outcome == "invalidated":
-                self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()
+            own_mark = tier.own_mark(key, since_ns)  # type: ignore[attr-defined]
+            outcome = self._guarded_put(tier, key, value, ttl, since_ns, True, own_mark)
             return outcome == "stored"
         return bool(self._call(tier, "put", tier.put, key, value, ttl_s=ttl, parent=parent))
+
+    def _guarded_put(
+        self,
+        tier: Tier,
+        key: str,
+        value: bytes,
+        ttl: float | None,
+        since_ns: int,
+        read_here: bool,
+        own_mark: str,
+    ) -> str:
+        """`tier.put_unless_invalidated` of an answer whose source was read at `since_ns`;
+        `read_here`: the value came from this process's own tiers, current only up to the
+        feed's last catch-up, so it is checked from then if that is earlier. Returns the
+        outcome ("failed" if the call raised); an "invalidated" one is counted."""
+        since_s = self._lookup_wall(since_ns)
+        if read_here and self._feed is not None:
+            since_s = min(since_s, self._own_tiers_current())
+        outcome = self._call(
+            tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
+            key, value, ttl_s=ttl, since_s=since_s, own_mark=own_mark, on_error="failed",
+        )  # fmt: skip
+        if outcome == "invalidated":
+            self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()
+        return str(outcome)
 
     def _own_marks(self, key: str, since_ns: int) -> dict[str, str]:
         """tier name -> the tombstone this process's last delete of `key` left there, if that
