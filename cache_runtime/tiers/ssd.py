@@ -3,7 +3,7 @@
 Values live in a `diskcache.Cache` (small values inside its SQLite file, large ones as files,
 atomic and safe across processes; its own eviction is off). Each value is stored behind a
 16-byte BLAKE2b checksum, verified on every read: a truncated or bit-flipped value is dropped and
-counted, never served.
+counted, never served (the record format: `ssd_records.py`; the heat index: `ssd_index.py`).
 
 Data and index are two stores, so no write reaches both at once. Each record carries a random
 write id that its index row carries too, and a value is served only when its row is present,
@@ -27,10 +27,7 @@ sketch reset); otherwise the put is refused. Rejected alternatives: diskcache's 
 
 from __future__ import annotations
 
-import hashlib
-import os
 import sqlite3
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -38,40 +35,13 @@ from pathlib import Path
 
 import diskcache
 
-from cache_runtime.heat import DEFAULT_HALF_LIFE_S, bump, decay_rate, score
+from cache_runtime.heat import DEFAULT_HALF_LIFE_S, decay_rate, score
 from cache_runtime.tiers.base import EvictionCallback, TierStats
+from cache_runtime.tiers.ssd_index import bump_heat, create_heat_index
+from cache_runtime.tiers.ssd_records import HEADER_BYTES, new_write_id, pack, unpack, write_id_of
 from cache_runtime.tiers.suspects import SuspectKeys
 
-_CHECKSUM_BYTES = 16
-_WRITE_ID = struct.Struct(">q")  # after the checksum, which covers it
-_HEADER_BYTES = _CHECKSUM_BYTES + _WRITE_ID.size
-_GHOST_LIMIT = 100_000  # keys remembered (heat only) after a miss or an eviction
 _SUSPECT_RETRY_S = 1.0  # how often the drops of suspect keys are retried (`SuspectKeys`)
-
-
-def _checksum(body: bytes | memoryview) -> bytes:
-    return hashlib.blake2b(body, digest_size=_CHECKSUM_BYTES).digest()
-
-
-def _new_write_id() -> int:
-    """Random, not a counter: processes write unsynchronised ids, and a collision (2**-63) is
-    the only way a record could pass for another write's."""
-    return _WRITE_ID.unpack(os.urandom(_WRITE_ID.size))[0]
-
-
-def _pack(write_id: int, value: bytes) -> bytes:
-    body = _WRITE_ID.pack(write_id) + value
-    return _checksum(body) + body
-
-
-def _unpack(stored: object) -> tuple[int, bytes] | None:
-    """(write id, value) of an intact record; None when it is not one (torn, bit-flipped, or
-    written by a version without write ids)."""
-    if not isinstance(stored, bytes) or len(stored) < _HEADER_BYTES:
-        return None
-    if _checksum(memoryview(stored)[_CHECKSUM_BYTES:]) != stored[:_CHECKSUM_BYTES]:
-        return None
-    return _WRITE_ID.unpack_from(stored, _CHECKSUM_BYTES)[0], stored[_HEADER_BYTES:]
 
 
 class SSDTier:
@@ -112,21 +82,7 @@ class SSDTier:
         self._stats_lock = threading.Lock()
         self.on_evict: EvictionCallback | None = None
         db = self._db()
-        db.execute("PRAGMA journal_mode=WAL")
-        with db:
-            db.execute("BEGIN IMMEDIATE")  # processes opening one directory at once
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS heat (key TEXT PRIMARY KEY, heat REAL NOT NULL,"
-                " last REAL NOT NULL, score REAL NOT NULL, size INTEGER NOT NULL,"
-                " present INTEGER NOT NULL, pinned INTEGER NOT NULL DEFAULT 0,"
-                " expires REAL, wid INTEGER, written INTEGER)"
-            )
-            columns = {row[1] for row in db.execute("PRAGMA table_info(heat)")}
-            if "wid" not in columns:  # an index from before write ids: its records all miss
-                db.execute("ALTER TABLE heat ADD COLUMN wid INTEGER")
-            if "written" not in columns:  # write times (for demotions) came after write ids
-                db.execute("ALTER TABLE heat ADD COLUMN written INTEGER")
-            db.execute("CREATE INDEX IF NOT EXISTS heat_rank ON heat (present, pinned, score)")
+        create_heat_index(db)
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -160,7 +116,7 @@ class SSDTier:
                 "SELECT heat, last, expires, present, wid FROM heat WHERE key = ?", (key,)
             ).fetchone()
             live = row is not None and row[3] and (row[2] is None or now < row[2])
-            record = _unpack(stored) if live else None
+            record = unpack(stored) if live else None
             if record is not None and record[0] == row[4]:
                 value: bytes | None = record[1]
             elif stored is None and (row is None or not row[3]):
@@ -171,7 +127,7 @@ class SSDTier:
                     self._count(expirations=1, misses=1)
                     return None
                 row = db.execute("SELECT heat, last FROM heat WHERE key = ?", (key,)).fetchone()
-            self._bump(db, key, row, now)
+            bump_heat(db, key, row, now, self._rate)
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1, misses=1)
             return None
@@ -204,7 +160,7 @@ class SSDTier:
             self._discard(key)
             return False
         now = self._clock()
-        write_id = _new_write_id()
+        write_id = new_write_id()
         demotions: list[tuple[str, bytes, float | None, int | None]] = []
         try:
             db = self._db()
@@ -223,7 +179,7 @@ class SSDTier:
                     if row and row[3]:
                         self._drop_locked(db, key)  # committed with the refusal
                     return False
-                self._data.set(key, _pack(write_id, value), retry=True)
+                self._data.set(key, pack(write_id, value), retry=True)
                 expires = None if ttl_s is None else now + ttl_s
                 db.execute(
                     "INSERT INTO heat (key, heat, last, score, size, present, pinned, expires,"
@@ -310,17 +266,14 @@ class SSDTier:
             if stored is None:
                 return False
             if isinstance(stored, bytes):
-                head = stored[:_HEADER_BYTES]
+                head = stored[:HEADER_BYTES]
             else:
                 with stored:
-                    head = stored.read(_HEADER_BYTES)
+                    head = stored.read(HEADER_BYTES)
         except (OSError, diskcache.Timeout):
             self._count(errors=1)
             return False
-        return (
-            len(head) == _HEADER_BYTES
-            and _WRITE_ID.unpack_from(head, _CHECKSUM_BYTES)[0] == write_id
-        )
+        return write_id_of(head) == write_id
 
     def keys(self) -> list[str]:
         """Every key with a value here (what the hybrid cache drops after a gap in the
@@ -366,7 +319,7 @@ class SSDTier:
         problems += [f"{k}: data but not indexed" for k in sorted(stored - indexed.keys())]
         for key in sorted(indexed.keys() & stored):
             size, write_id = indexed[key]
-            record = _unpack(self._data.get(key))
+            record = unpack(self._data.get(key))
             if record is None:
                 problems.append(f"{key}: checksum mismatch")
             elif record[0] != write_id:
@@ -404,35 +357,13 @@ class SSDTier:
                 self._drop_locked(db, key)
                 return None, True
             stored = self._data.get(key, default=None, retry=True)
-            record = _unpack(stored)
+            record = unpack(stored)
             if record is not None and record[0] == row[2]:
                 return record[1], False
             if stored is not None and record is None:
                 self._count(errors=1)  # torn or bit-flipped: never served, not kept
             self._drop_locked(db, key)
             return None, False
-
-    def _bump(self, db: sqlite3.Connection, key: str, row: tuple | None, now: float) -> None:
-        """Heat of a get. A key seen first here is a ghost (heat only): only a put makes a row
-        present, so a record the index never committed is never counted as stored."""
-        heat = bump(row[0], row[1], now, self._rate) if row else 1.0
-        db.execute(
-            "INSERT INTO heat (key, heat, last, score, size, present) VALUES (?, ?, ?, ?, 0, 0)"
-            " ON CONFLICT(key) DO UPDATE SET heat = excluded.heat, last = excluded.last,"
-            " score = excluded.score",
-            (key, heat, now, score(heat, now, self._rate)),
-        )
-        if row is None:
-            self._forget_oldest_ghosts(db)
-
-    def _forget_oldest_ghosts(self, db: sqlite3.Connection) -> None:
-        ghosts = db.execute("SELECT COUNT(*) FROM heat WHERE present = 0").fetchone()[0]
-        if ghosts > _GHOST_LIMIT:
-            db.execute(
-                "DELETE FROM heat WHERE key IN (SELECT key FROM heat WHERE present = 0"
-                " ORDER BY score LIMIT ?)",
-                (ghosts - _GHOST_LIMIT,),
-            )
 
     def _make_room(
         self,
@@ -467,7 +398,7 @@ class SSDTier:
             ttl_left = None if expires is None else expires - now
             if self.on_evict is not None and (ttl_left is None or ttl_left > 0):
                 stored = self._data.get(key, default=None, retry=True)
-                record = _unpack(stored)
+                record = unpack(stored)
                 if record is not None and record[0] == write_id:
                     # demoted with the expiry it had, never past it, and its write time (the
                     # hybrid cache drops a demotion older than the key's last put or delete)

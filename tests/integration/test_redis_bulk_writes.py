@@ -1,5 +1,5 @@
-"""The Redis tier's pipelined bulk writes (`RedisTier.put_many` -> `_mset`) against a real Redis:
-several MSETs in flight on one connection, so every reply must be read in order and a refused
+"""The Redis tier's pipelined bulk writes (`RedisTier.put_many` -> `MsetWriter`) against a real
+Redis: several MSETs in flight on one connection, so every reply must be read in order and a refused
 command must neither lose the others nor leave the connection out of step; and the bulk-write
 benchmark, which must leave a configured Redis as it found it."""
 
@@ -30,12 +30,12 @@ def admin(redis_url: str) -> Iterator[redis.Redis]:
 
 def test_large_values_are_split_by_bytes_and_round_trip(redis_url: str) -> None:
     """Values past the inline size go unformatted into the command, and a command stops at
-    `_MSET_MAX_BYTES` (8 MiB) even below `bulk_batch` keys."""
+    `MSET_MAX_BYTES` (8 MiB) even below `bulk_batch` keys."""
     tier = RedisTier(redis_client(redis_url, socket_timeout_s=5), namespace=f"big{time.time_ns()}")
     pages = {key(f"page{i}"): bytes([i]) * (3 << 20) for i in range(6)}  # 3 MiB each
     small = {key(f"small{i}"): f"v{i}".encode() for i in range(10)}
     items = [(k, v, None) for k, v in (pages | small).items()]
-    commands = list(tier._mset_commands([(k, v) for k, v, _ in items]))
+    commands = list(tier._msets.commands([(k, v) for k, v, _ in items]))
     assert [count for count, _ in commands] == [3, 3, 10]  # cut once past 8 MiB
     assert tier.put_many(items) == 16
     assert all(tier.get(k) == v for k, v in (pages | small).items())

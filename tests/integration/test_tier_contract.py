@@ -14,7 +14,7 @@ from redis.exceptions import RedisClusterException
 from cache_runtime.keys import ExactKey, PrefixKey
 from cache_runtime.services import RedisClusterServers
 from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, Tier, redis_client
-from cache_runtime.tiers.redis_tier import LazyRedisCluster
+from cache_runtime.tiers.redis_cluster import LazyRedisCluster
 
 pytestmark = pytest.mark.integration
 CAPACITY = 4 * 1024 * 1024
