@@ -41,7 +41,7 @@ from cache_runtime.hybrid_invalidation import (
 from cache_runtime.invalidation import InvalidationFeed
 from cache_runtime.keys import CacheKey, ExactKey, PrefixKey, SemanticKey
 from cache_runtime.metrics import CacheMetrics
-from cache_runtime.sessions import SessionPages
+from cache_runtime.sessions import TenantSessionPages
 from cache_runtime.tiers.base import Tier
 
 TtlMode = Literal["fixed", "renew"]
@@ -58,12 +58,12 @@ class HybridCache(Invalidation):
         metrics: CacheMetrics | None = None,
         refill_workers: int = 2,
         feed: InvalidationFeed | None = None,
-        sessions: SessionPages[str] | None = None,
+        sessions: TenantSessionPages | None = None,
     ) -> None:
         """`feed`: the Redis stream through which this process's deletes reach the other
         processes' own tiers and theirs reach it (`invalidation.py`); None for a cache no
         other process shares. `sessions`: what each conversation read (`end_session`), with
-        its bounds; a default `SessionPages()` when None."""
+        its bounds; a default `TenantSessionPages()` when None."""
         if not tiers:
             raise ValueError("a hybrid cache needs at least one tier")
         names = [t.name for t in tiers]
@@ -76,7 +76,7 @@ class HybridCache(Invalidation):
             raise ValueError(f"write_through names unknown tiers: {sorted(unknown)}")
         self.metrics = metrics or CacheMetrics()
         # what each live conversation read: `end_session` cools the entries only it read
-        self.sessions: SessionPages[str] = sessions if sessions is not None else SessionPages()
+        self.sessions = sessions if sessions is not None else TenantSessionPages()
         self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
         self._renew_lock = threading.Lock()
         self._fences = Fences()  # what keeps copies of older values from landing
@@ -316,7 +316,7 @@ class HybridCache(Invalidation):
         this session read (recorded by `kv_pages` calls given `session=`, or by the caller with
         `sessions.read`); entries other sessions read too stay warm. Session ids are scoped by
         tenant. Returns how many of the cooled entries were cached."""
-        return self.cool(self.sessions.end((tenant, session)))
+        return self.cool(self.sessions.end(tenant, session))
 
     # -- housekeeping --------------------------------------------------------------------------
 

@@ -163,7 +163,7 @@ def store_prefix(
         stored += 1
     if session is not None:
         written = keys[first : first + stored]
-        cache.sessions.read((tenant, session), [key.to_string() for key in written])
+        cache.sessions.read(tenant, session, [key.to_string() for key in written])
     return stored
 
 
@@ -189,7 +189,6 @@ def stream_prefix(
     first page not cached, or not whole (see the module's docstring): that one is counted in
     `cache.metrics.errors` under the tier that served it, op "kv_page", and treated as a miss.
     `session`: as in `store_prefix`; each page yielded counts as read by it."""
-    reader = None if session is None else (tenant, session)
     parent = None
     first: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     for key in page_keys(tenant, model_id, tokens):
@@ -204,8 +203,8 @@ def stream_prefix(
             cache.delete(key)  # so the next prefill of this prefix stores it whole again
             return
         first = first or layers
-        if reader is not None:
-            cache.sessions.read(reader, [key.to_string()])
+        if session is not None:
+            cache.sessions.read(tenant, session, [key.to_string()])
         yield KVPage(key, layers)
         parent = key
 

@@ -14,14 +14,17 @@ page it read gave 0.365 on that trace, but cools shared prompts on every end: re
 on one trace in which shared prompts are rare.
 
 Cooling is a hint, never a correctness matter (a cooled page is still served until evicted), so
-the tracker is bounded (see `SessionPages`) and what it forgets costs only the hint.
+the tracker is bounded (see `SessionPages`) and what it forgets costs only the hint. A cache
+shared by tenants keeps one tracker per tenant (`TenantSessionPages`): a cache key never
+matches across tenants, so no page is shared across them, and one tenant's traffic must not
+push out another's records.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 _SHARED = object()  # read by two sessions or more: never cooled
@@ -98,15 +101,132 @@ class SessionPages(Generic[Key]):
             return [key for key in first if self._owner.get(key) == session]
 
     def _trim(self) -> None:
-        """Drop the least recently read records beyond `max_pages` (lock held); a session's
-        list keeps no key without a record."""
-        while len(self._owner) > self.max_pages:
+        """Drop the least recently read records beyond `max_pages` (lock held)."""
+        self._drop_pages(len(self._owner) - self.max_pages)
+
+    def _drop_pages(self, count: int) -> None:
+        """Drop the `count` least recently read records (lock held); a session's list keeps
+        no key without a record."""
+        for _ in range(min(count, len(self._owner))):
             dropped, reader = self._owner.popitem(last=False)
             if reader is not _SHARED:
                 self._first_read.get(reader, {}).pop(dropped, None)
+
+    def drop_oldest(self, pages: int = 0, sessions: int = 0) -> None:
+        """Forget the `pages` least recently read records and the `sessions` least recently
+        active sessions (a caller sharing one budget among trackers: `TenantSessionPages`)."""
+        with self._lock:
+            self._drop_pages(pages)
+            for _ in range(min(sessions, len(self._first_read))):
+                self._first_read.popitem(last=False)
+
+    def sizes(self) -> tuple[int, int]:
+        """(page records, live sessions): what counts against the bounds."""
+        with self._lock:
+            return len(self._owner), len(self._first_read)
 
     def stats(self) -> dict[str, int]:
         """Live sessions, page records, and keys listed under the live sessions."""
         with self._lock:
             listed = sum(len(keys) for keys in self._first_read.values())
             return {"sessions": len(self._first_read), "pages": len(self._owner), "listed": listed}
+
+
+class TenantSessionPages:
+    """`SessionPages` per tenant, under one budget of `max_pages` page records and
+    `max_sessions` live sessions. When a read passes either, the tenant that holds the most
+    gives up its least recently read records (or least recently active sessions): a tenant
+    within its fair share (the budget over the tenants using it) never loses its records to
+    another tenant's traffic. Thread-safe.
+
+    Each trim frees `_SLACK` of the budget beyond the excess, so the search for the largest
+    tenant runs once per that many reads at most, not on every read of a full tracker."""
+
+    _SLACK = 0.01
+
+    def __init__(self, max_pages: int = 200_000, max_sessions: int = 50_000) -> None:
+        if max_pages <= 0 or max_sessions <= 0:
+            raise ValueError("max_pages and max_sessions must be positive")
+        self.max_pages = max_pages
+        self.max_sessions = max_sessions
+        self._tenants: dict[str, SessionPages[str]] = {}
+        self._pages = self._sessions = 0  # totals over the tenants, as of their last change
+        self._lock = threading.Lock()
+
+    def read(self, tenant: str, session: str, keys: Iterable[str]) -> None:
+        self._change(tenant, lambda pages: pages.read(session, keys))
+
+    def read_anonymously(self, tenant: str, keys: Iterable[str]) -> None:
+        """See `SessionPages.read_anonymously`."""
+        self._change(tenant, lambda pages: pages.read_anonymously(keys))
+
+    def live(self, tenant: str, session: str) -> bool:
+        with self._lock:
+            pages = self._tenants.get(tenant)
+        return pages is not None and pages.live(session)
+
+    def end(self, tenant: str, session: str) -> list[str]:
+        """The entries of `tenant` that no other session of it has read (`SessionPages.end`)."""
+        ended: list[str] = []
+        self._change(tenant, lambda pages: ended.extend(pages.end(session)), create=False)
+        return ended
+
+    def stats(self) -> dict[str, int]:
+        """Tenants, live sessions, page records, and keys listed under the live sessions."""
+        with self._lock:
+            trackers = list(self._tenants.values())
+        totals = {"tenants": len(trackers), "sessions": 0, "pages": 0, "listed": 0}
+        for pages in trackers:
+            for name, value in pages.stats().items():
+                totals[name] += value
+        return totals
+
+    def _change(
+        self, tenant: str, change: Callable[[SessionPages[str]], object], create: bool = True
+    ) -> None:
+        """Apply `change` to `tenant`'s tracker under the lock, keep the totals, and trim the
+        largest tenants while over budget."""
+        with self._lock:
+            pages = self._tenants.get(tenant)
+            if pages is None:
+                if not create:
+                    return
+                # each tracker may hold the whole budget: the shared trim below bounds them all
+                pages = self._tenants[tenant] = SessionPages(self.max_pages, self.max_sessions)
+            before = pages.sizes()
+            change(pages)
+            after = pages.sizes()
+            self._pages += after[0] - before[0]
+            self._sessions += after[1] - before[1]
+            if self._pages > self.max_pages:
+                self._trim(0, self._pages - self.max_pages + int(self.max_pages * self._SLACK))
+            if self._sessions > self.max_sessions:
+                excess = self._sessions - self.max_sessions
+                self._trim(1, excess + int(self.max_sessions * self._SLACK))
+            if after == (0, 0):
+                self._tenants.pop(tenant, None)
+
+    def _trim(self, measure: int, count: int) -> None:
+        """Free at least `count` page records (`measure` 0) or live sessions (1), lock held:
+        the tenants holding the most are brought down to one level, the highest that frees
+        enough (water-filling), so whoever holds less than that level keeps everything."""
+        sizes = {tenant: pages.sizes() for tenant, pages in self._tenants.items()}
+        ranked = sorted((size[measure] for size in sizes.values()), reverse=True)
+        level, held = 0, 0
+        for top, size in enumerate(ranked, start=1):
+            held += size
+            below = ranked[top] if top < len(ranked) else 0
+            if held - top * below >= count:  # the `top` largest brought down to `below` free enough
+                level = max(below, (held - count) // top)
+                break
+        for tenant, size in sizes.items():
+            if size[measure] <= level:
+                continue
+            pages = self._tenants[tenant]
+            excess = size[measure] - level
+            pages.drop_oldest(**({"pages": excess} if measure == 0 else {"sessions": excess}))
+            after = pages.sizes()
+            self._pages += after[0] - size[0]
+            self._sessions += after[1] - size[1]
+            if after == (0, 0):
+                del self._tenants[tenant]

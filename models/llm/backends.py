@@ -294,7 +294,7 @@ class HFBackend:
             # `present` may exceed what was loaded (the last page, see above): not rewritten.
             first = max(present, reused // PAGE_TOKENS)
             # a session already seen: a follow-up turn, whose pages its next turn reads again
-            follow_up = session is not None and cache.sessions.live((tenant, session))
+            follow_up = session is not None and cache.sessions.live(tenant, session)
             stored = store_prefix(
                 cache, tenant, self.model_id, tokens, out.cache, turn=1 if follow_up else 0,
                 first=first,
@@ -303,9 +303,9 @@ class HFBackend:
             # stored), for its session; with none, those pages are shared by nobody's session
             read = [key.to_string() for key in keys[: first + stored]]
             if session is not None:
-                cache.sessions.read((tenant, session), read)
+                cache.sessions.read(tenant, session, read)
             else:
-                cache.sessions.read_anonymously(read)
+                cache.sessions.read_anonymously(tenant, read)
         return _Prefill(reused, stored, out.cache, out.logits[:, -1])
 
     def _generate(

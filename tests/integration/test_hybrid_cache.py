@@ -504,10 +504,10 @@ def test_a_sessions_end_cools_only_what_no_other_session_read() -> None:
     for name in ("system-prompt", "chat-a-history", "chat-b-history", "recent"):
         cache.put(k(name), b"x" * 10)
     cache.sessions.read(
-        ("acme", "a"), [k(n).to_string() for n in ("system-prompt", "chat-a-history")]
+        "acme", "a", [k(n).to_string() for n in ("system-prompt", "chat-a-history")]
     )
     cache.sessions.read(
-        ("acme", "b"), [k(n).to_string() for n in ("system-prompt", "chat-b-history")]
+        "acme", "b", [k(n).to_string() for n in ("system-prompt", "chat-b-history")]
     )
     cache.get(k("system-prompt"))
     cache.get(k("chat-a-history"))  # the most recently used, yet a's end makes it go first

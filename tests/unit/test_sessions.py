@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from cache_runtime.sessions import SessionPages
+from cache_runtime.sessions import SessionPages, TenantSessionPages
 
 
 def test_end_returns_only_the_pages_no_other_session_read() -> None:
@@ -125,3 +125,78 @@ def test_concurrent_readers_lose_no_record() -> None:
         thread.join()
     for session in range(4):
         assert pages.end(session) == [f"{session}-{turn}" for turn in range(200)]
+
+
+# -- TenantSessionPages: one budget, shared fairly among tenants ---------------------------------
+
+
+def test_one_tenants_flood_does_not_push_out_another_tenants_records() -> None:
+    """The bounds are shared, but the tenant holding the most gives up its records: acme,
+    within its fair share, keeps every record, so its end still cools its pages."""
+    tracker = TenantSessionPages(max_pages=100, max_sessions=50)
+    tracker.read("acme", "chat", [f"acme-{i}" for i in range(30)])
+    for turn in range(500):
+        tracker.read("globex", f"bot-{turn}", [f"globex-{turn}-{i}" for i in range(4)])
+    assert tracker.live("acme", "chat")
+    assert tracker.end("acme", "chat") == [f"acme-{i}" for i in range(30)]
+    stats = tracker.stats()
+    assert stats["pages"] <= 100 and stats["sessions"] <= 50
+    assert stats["tenants"] == 2
+
+
+def test_the_budget_is_levelled_across_tenants() -> None:
+    """Over budget, the largest tenants come down to one level; the smallest keeps all."""
+    tracker = TenantSessionPages(max_pages=100, max_sessions=1000)
+    tracker.read("small", "s", [f"s{i}" for i in range(10)])
+    tracker.read("mid", "m", [f"m{i}" for i in range(40)])
+    tracker.read("big", "b", [f"b{i}" for i in range(60)])  # 110 records: 10 (+1%) too many
+    pages = {t: len(tracker.end(t, s)) for t, s in (("small", "s"), ("mid", "m"), ("big", "b"))}
+    assert pages["small"] == 10 and pages["mid"] == 40
+    assert 40 <= pages["big"] < 60  # only the largest gave records up
+    assert sum(pages.values()) <= 100
+
+
+def test_a_tenants_live_session_survives_another_tenants_many_sessions() -> None:
+    tracker = TenantSessionPages(max_pages=10_000, max_sessions=20)
+    tracker.read("acme", "chat", ["acme-doc"])
+    for n in range(200):
+        tracker.read("globex", f"s{n}", [f"g{n}"])
+    assert tracker.live("acme", "chat")
+    assert tracker.stats()["sessions"] <= 20
+    assert tracker.end("acme", "chat") == ["acme-doc"]
+
+
+def test_sessions_and_sharing_are_scoped_by_tenant() -> None:
+    tracker = TenantSessionPages()
+    tracker.read("acme", "s1", ["system", "a-own"])
+    tracker.read("acme", "s2", ["system"])  # shared within acme
+    tracker.read("globex", "s1", ["g-own"])  # the same session id in another tenant
+    tracker.read_anonymously("globex", ["g-system"])
+    tracker.read("globex", "s1", ["g-system"])
+    assert tracker.end("acme", "s1") == ["a-own"]
+    assert tracker.end("globex", "s1") == ["g-own"]
+    assert tracker.end("initech", "s1") == []  # an unknown tenant: nothing, and no tracker
+    assert not tracker.live("initech", "s1")
+    assert tracker.stats()["tenants"] == 2  # acme's s2 and globex's shared record remain
+
+
+def test_tenant_bounds_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        TenantSessionPages(max_pages=0)
+
+
+def test_concurrent_tenants_keep_the_totals_exact() -> None:
+    tracker = TenantSessionPages(max_pages=500, max_sessions=40)
+
+    def chat(tenant: str) -> None:
+        for turn in range(300):
+            tracker.read(tenant, f"{tenant}-{turn % 30}", [f"{tenant}-{turn}", "shared"])
+
+    threads = [threading.Thread(target=chat, args=(f"t{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stats = tracker.stats()
+    assert 0 < stats["pages"] <= 500 and 0 < stats["sessions"] <= 40
+    assert (tracker._pages, tracker._sessions) == (stats["pages"], stats["sessions"])
