@@ -139,8 +139,9 @@ class TenantSessionPages:
     within its fair share (the budget over the tenants using it) never loses its records to
     another tenant's traffic. Thread-safe.
 
-    Each trim frees `_SLACK` of the budget beyond the excess, so the search for the largest
-    tenant runs once per that many reads at most, not on every read of a full tracker."""
+    Each trim frees up to `_SLACK` of the budget beyond the excess (never out of a tenant's fair
+    share), so the search for the largest tenants runs about once per that many reads, not on
+    every read of a full tracker."""
 
     _SLACK = 0.01
 
@@ -154,11 +155,13 @@ class TenantSessionPages:
         self._lock = threading.Lock()
 
     def read(self, tenant: str, session: str, keys: Iterable[str]) -> None:
-        self._change(tenant, lambda pages: pages.read(session, keys))
+        listed = list(keys)  # before the lock: a generator runs no caller code under it
+        self._change(tenant, lambda pages: pages.read(session, listed))
 
     def read_anonymously(self, tenant: str, keys: Iterable[str]) -> None:
         """See `SessionPages.read_anonymously`."""
-        self._change(tenant, lambda pages: pages.read_anonymously(keys))
+        listed = list(keys)
+        self._change(tenant, lambda pages: pages.read_anonymously(listed))
 
     def live(self, tenant: str, session: str) -> bool:
         with self._lock:
@@ -184,8 +187,8 @@ class TenantSessionPages:
     def _change(
         self, tenant: str, change: Callable[[SessionPages[str]], object], create: bool = True
     ) -> None:
-        """Apply `change` to `tenant`'s tracker under the lock, keep the totals, and trim the
-        largest tenants while over budget."""
+        """Apply `change` to `tenant`'s tracker under the lock, keep the totals (even if it
+        raised part-way), and trim the largest tenants while over budget."""
         with self._lock:
             pages = self._tenants.get(tenant)
             if pages is None:
@@ -194,31 +197,31 @@ class TenantSessionPages:
                 # each tracker may hold the whole budget: the shared trim below bounds them all
                 pages = self._tenants[tenant] = SessionPages(self.max_pages, self.max_sessions)
             before = pages.sizes()
-            change(pages)
-            after = pages.sizes()
-            self._pages += after[0] - before[0]
-            self._sessions += after[1] - before[1]
-            if self._pages > self.max_pages:
-                self._trim(0, self._pages - self.max_pages + int(self.max_pages * self._SLACK))
-            if self._sessions > self.max_sessions:
-                excess = self._sessions - self.max_sessions
-                self._trim(1, excess + int(self.max_sessions * self._SLACK))
-            if after == (0, 0):
-                self._tenants.pop(tenant, None)
+            try:
+                change(pages)
+            finally:
+                after = pages.sizes()
+                self._pages += after[0] - before[0]
+                self._sessions += after[1] - before[1]
+                for measure, total, budget in (
+                    (0, self._pages, self.max_pages),
+                    (1, self._sessions, self.max_sessions),
+                ):
+                    if total > budget:
+                        self._trim(measure, total - budget, budget)
+                if after == (0, 0):
+                    self._tenants.pop(tenant, None)
 
-    def _trim(self, measure: int, count: int) -> None:
-        """Free at least `count` page records (`measure` 0) or live sessions (1), lock held:
-        the tenants holding the most are brought down to one level, the highest that frees
-        enough (water-filling), so whoever holds less than that level keeps everything."""
+    def _trim(self, measure: int, excess: int, budget: int) -> None:
+        """Free at least `excess` page records (`measure` 0) or live sessions (1) of `budget`,
+        lock held: the tenants holding the most are brought down to one level (water-filling),
+        so whoever holds less keeps everything. The level frees `_SLACK` of the budget more
+        where that takes nothing from a tenant's fair share (the budget over the tenants)."""
         sizes = {tenant: pages.sizes() for tenant, pages in self._tenants.items()}
-        ranked = sorted((size[measure] for size in sizes.values()), reverse=True)
-        level, held = 0, 0
-        for top, size in enumerate(ranked, start=1):
-            held += size
-            below = ranked[top] if top < len(ranked) else 0
-            if held - top * below >= count:  # the `top` largest brought down to `below` free enough
-                level = max(below, (held - count) // top)
-                break
+        held = [size[measure] for size in sizes.values()]
+        bare = _water_level(held, excess)  # the highest level that frees enough
+        slack = _water_level(held, excess + max(1, int(budget * self._SLACK)))
+        level = max(slack, min(bare, budget // max(1, len(held))))
         for tenant, size in sizes.items():
             if size[measure] <= level:
                 continue
@@ -230,3 +233,16 @@ class TenantSessionPages:
             self._sessions += after[1] - size[1]
             if after == (0, 0):
                 del self._tenants[tenant]
+
+
+def _water_level(held: list[int], count: int) -> int:
+    """The highest level such that bringing every amount in `held` above it down to it frees
+    at least `count` (0 if even that cannot)."""
+    ranked = sorted(held, reverse=True)
+    total = 0
+    for top, size in enumerate(ranked, start=1):
+        total += size
+        below = ranked[top] if top < len(ranked) else 0
+        if total - top * below >= count:  # the `top` largest brought down to `below` suffice
+            return max(below, (total - count) // top)
+    return 0

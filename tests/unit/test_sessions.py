@@ -180,6 +180,28 @@ def test_sessions_and_sharing_are_scoped_by_tenant() -> None:
     assert tracker.stats()["tenants"] == 2  # acme's s2 and globex's shared record remain
 
 
+def test_a_tenant_just_within_its_fair_share_keeps_every_record() -> None:
+    """The trim frees a little more than the excess (so it does not run on every read), but
+    never out of a tenant within its share of the budget."""
+    tracker = TenantSessionPages(max_pages=10_000, max_sessions=1000)
+    tracker.read("acme", "chat", [f"a{i}" for i in range(4990)])  # fair share: 5,000
+    tracker.read("globex", "bot", [f"g{i}" for i in range(5011)])  # 1 record over the budget
+    assert len(tracker.end("acme", "chat")) == 4990
+    assert tracker.stats()["pages"] <= 10_000
+
+
+def test_a_read_that_fails_part_way_leaves_the_totals_true() -> None:
+    tracker = TenantSessionPages(max_pages=100, max_sessions=10)
+    with pytest.raises(TypeError):
+        tracker.read("acme", "chat", ["a1", "a2", ["not", "hashable"], "a3"])  # type: ignore[list-item]
+    stats = tracker.stats()
+    assert (tracker._pages, tracker._sessions) == (stats["pages"], stats["sessions"]) == (2, 1)
+    for n in range(300):  # the budget still holds
+        tracker.read("globex", f"s{n}", [f"g{n}"])
+    stats = tracker.stats()
+    assert stats["pages"] <= 100 and stats["sessions"] <= 10
+
+
 def test_tenant_bounds_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         TenantSessionPages(max_pages=0)
