@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 # calls have their own, shorter timeouts: Redis's socket timeout, the SSD's lock_timeout_s)
 _WRITE_WAIT_S = 30.0
 _SHARED_PUTS_LIMIT = 100_000  # answers this process put lately, for remote deletes
-PUT_SKEW_S = 1.0  # a delete's own duration and clock skew between processes and Redis
+# A delete's own duration and a put's transit; for the wall times of remote deletes, also
+# clock skew between processes (tombstone checks compare no clocks: `_lookup_age`)
+PUT_SKEW_S = 1.0
 UNKNOWN = object()  # what a tier call that raised returns where None means something
 # Keys that can go stale (answers); KV pages ("prefix") are keyed by their tokens and weights
 ANSWER_KINDS = frozenset({"exact", "semantic"})
@@ -249,12 +251,12 @@ class Invalidation:
         `read_here`: the value came from this process's own tiers, current only up to the
         feed's last catch-up, so it is checked from then if that is earlier. Returns the
         outcome ("failed" if the call raised); an "invalidated" one is counted."""
-        since_s = self._lookup_wall(since_ns)
+        age_s = self._lookup_age(since_ns)
         if read_here and self._feed is not None:
-            since_s = min(since_s, self._own_tiers_current())
+            age_s = max(age_s, self._own_tiers_age())
         outcome = self._call(
             tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
-            key, value, ttl_s=ttl, since_s=since_s, own_mark=own_mark, on_error="failed",
+            key, value, ttl_s=ttl, age_s=age_s, own_mark=own_mark, on_error="failed",
         )  # fmt: skip
         if outcome == "invalidated":
             self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()
@@ -268,15 +270,16 @@ class Invalidation:
         return {tier.name: tier.own_mark(key, since_ns) for tier in tiers}  # type: ignore[attr-defined]
 
     @staticmethod
-    def _lookup_wall(since_ns: int) -> float:
-        """`since_ns` (monotonic) as wall seconds, less `PUT_SKEW_S`: what a tombstone's time
-        (the Redis server's clock) is compared with."""
-        return time.time() - (time.monotonic_ns() - since_ns) / 1e9 - PUT_SKEW_S
+    def _lookup_age(since_ns: int) -> float:
+        """Seconds since `since_ns` (monotonic), plus `PUT_SKEW_S` for the put's own transit
+        and a delete's duration: how long before the put the tombstones must be checked from.
+        Redis dates it on its own clock (`RedisTier.put_unless_invalidated`)."""
+        return (time.monotonic_ns() - since_ns) / 1e9 + PUT_SKEW_S
 
-    def _own_tiers_current(self) -> float:
-        """Wall seconds (less `PUT_SKEW_S`) up to which this process's own tiers reflect every
-        other process's delete: the feed's last catch-up; 0 while it is unhealthy, so that
+    def _own_tiers_age(self) -> float:
+        """How long ago (plus `PUT_SKEW_S`) this process's own tiers last reflected every other
+        process's delete: the feed's last catch-up; infinite while it is unhealthy, so that
         nothing read from them is taken for current. Needs a feed."""
         assert self._feed is not None
-        applied = self._feed.applied_until()
-        return 0.0 if applied is None else applied - PUT_SKEW_S
+        applied = self._feed.applied_age()
+        return float("inf") if applied is None else applied + PUT_SKEW_S

@@ -158,12 +158,15 @@ class InvalidationFeed:
         caught_up = self._caught_up
         return caught_up is not None and self._monotonic() - caught_up <= self.stale_after_s
 
-    def applied_until(self) -> float | None:
-        """Wall seconds before which every other process's published delete has been applied
-        here (the start of the last read that caught up); None while not healthy. A value read
-        from this process's own tiers is current up to then, no later."""
-        wall = self._caught_up_wall
-        return wall if wall is not None and self.healthy() else None
+    def applied_age(self) -> float | None:
+        """Seconds since the start of the last read that caught up (this process's monotonic
+        clock): every other process's delete published before then has been applied here, so a
+        value read from this process's own tiers is current as of that long ago, no later. None
+        while not healthy."""
+        caught_up = self._caught_up
+        if caught_up is None or not self.healthy():
+            return None
+        return max(0.0, self._monotonic() - caught_up)
 
     def poll(
         self,

@@ -163,22 +163,24 @@ class RedisTier:
         value: bytes,
         *,
         ttl_s: float | None,
-        since_s: float,
+        age_s: float,
         own_mark: str = "",
     ) -> PutOutcome:
-        """Write the answer `key` unless it was invalidated at or after `since_s` (wall-clock
-        seconds: when the lookup that `value` was computed from began, less the clock skew the
-        caller allows), by any process; check and write run as one script on the server.
-        "invalidated" also for a lookup older than `tombstone_ttl_s` (its tombstone may be
-        gone). A failure leaves the key a suspect, as `put` does.
+        """Write the answer `key` unless some process invalidated it at or after the lookup that
+        `value` was computed from, which began `age_s` seconds before this call (measured on the
+        caller's monotonic clock, plus what the caller allows for this call's own transit);
+        check and write run as one script on the server, which dates the lookup on its own
+        clock (see `redis_tombstones.py`). "invalidated" also for a lookup older than
+        `tombstone_ttl_s` (its tombstone may be gone). A failure leaves the key a suspect, as
+        `put` does.
 
         `own_mark`: a tombstone that does not count (`own_mark(key, looked_up_ns)`: this tier's
         own last delete of the key, complete in every tier of its cache before the lookup, on
-        one clock, with no skew to allow; the caller reads it under its copy lock, right after
-        its fences showed no delete of the key running). Without
-        it the skew allowance would refuse the refill of an invalidation, and every answer
-        looked up in the second after it, in the very process that invalidated. A delete since,
-        by anyone, leaves another tombstone, which still refuses it.
+        one clock; the caller reads it under its copy lock, right after its fences showed no
+        delete of the key running). Without it the transit allowance would refuse the refill
+        of an invalidation, and every answer looked up in the second after it, in the very
+        process that invalidated. A delete since, by anyone, leaves another tombstone, which
+        still refuses it.
 
         Raises:
             ValueError: `key` is not an answer (only answers have tombstones).
@@ -191,12 +193,14 @@ class RedisTier:
             self._stats.puts += 1
         if self._suspects and self._suspects.holds(key):
             return "failed"  # Redis may still hold an older value: not written over
+        if not 0 <= age_s <= self.tombstone_ttl_s:  # (NaN too) no tombstone may say: refused
+            return "invalidated"
         px = "0" if ttl_s is None else str(max(1, int(ttl_s * 1000)))
         oldest = int(self.tombstone_ttl_s * 1e6)
         try:
             written = self._client.eval(
                 SET_UNLESS_INVALIDATED, 2, name, tombstone,
-                value, px, int(since_s * 1e6), oldest, own_mark,
+                value, px, int(age_s * 1e6), oldest, own_mark,
             )  # fmt: skip
         except REDIS_ERRORS:
             self._count_error()

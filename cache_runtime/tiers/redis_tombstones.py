@@ -5,6 +5,8 @@ time of the delete, for the tier's `tombstone_ttl_s`), and a guarded put writes 
 if no tombstone is as recent as the lookup it was computed from, checked and written in one
 server-side script (`SET_UNLESS_INVALIDATED`): an answer computed before an invalidation can
 then never land in Redis after it, even from a process that dies before it could clean up.
+The put gives its lookup's age, not its time, and the script dates it on the server's own
+clock: a writer whose clock is off by minutes is refused all the same.
 
 A process's own deletes are remembered (`OwnMarks`): its refill of an invalidation, looked up
 after that delete, must not be refused by the delete's own tombstone.
@@ -35,16 +37,18 @@ local set = redis.pcall('SET', KEYS[2], mark, 'PX', ARGV[1])
 if type(set) == 'table' and set.err then return {deleted, false} end
 return {deleted, mark}
 """
-# Write an answer unless it was invalidated at or after `since` (KEYS: the answer, its
-# tombstone; ARGV: the value, PX in ms or '0' for none, since in microseconds of the wall
-# clock, the oldest lookup accepted in microseconds (older than the tombstones last, it cannot
-# be checked), and a mark to accept (this process's own invalidation, for its refill) or '').
-# Returns 1 if written.
+# Write an answer unless it was invalidated at or after the lookup it was computed from (KEYS:
+# the answer, its tombstone; ARGV: the value, PX in ms or '0' for none, the lookup's age in
+# microseconds (how long before this call it began, on the caller's own clock), the oldest age
+# accepted (older than the tombstones last, it cannot be checked), and a mark to accept (this
+# process's own invalidation, for its refill) or ''). The lookup's time is placed on this
+# server's clock, which also timed the tombstone (an answer and its tombstone share a slot, so a
+# node): no two machines' clocks are ever compared. Returns 1 if written.
 SET_UNLESS_INVALIDATED = """
+local age = tonumber(ARGV[3])
+if age > tonumber(ARGV[4]) then return 0 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local since = tonumber(ARGV[3])
-if now - since > tonumber(ARGV[4]) then return 0 end
+local since = tonumber(t[1]) * 1000000 + tonumber(t[2]) - age
 local mark = redis.call('GET', KEYS[2])
 if mark and mark ~= ARGV[5] and tonumber(mark) >= since then return 0 end
 if ARGV[2] == '0' then

@@ -108,6 +108,29 @@ def test_an_answer_computed_before_another_replicas_invalidation_never_lands_in_
             cache.close()
 
 
+@pytest.mark.parametrize("skew_s", [30.0, -30.0])
+def test_a_writer_whose_clock_is_off_is_refused_all_the_same(
+    redis_url: str, namespace: str, skew_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guarded put sends its lookup's age, which Redis dates on its own clock, the one that
+    timed the tombstone: a host whose wall clock runs 30 s ahead (or behind) of Redis's gets
+    its answer from before the invalidation refused like any other."""
+    (a, _), (b, _) = (replica(redis_url, False, namespace) for _ in range(2))
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + skew_s)
+    try:
+        a.put(k("nav"), b"NAV=101.2 (yesterday)")
+        looked_up = time.monotonic_ns()
+        b.invalidate(k("nav"))
+        assert not a.put(k("nav"), b"NAV=101.2 (yesterday)", since_ns=looked_up)
+        assert b.get(k("nav")) is None
+        assert a.put(k("nav"), b"NAV=100.9")  # from the new source: written as ever
+        assert b.get(k("nav")) == b"NAV=100.9"
+    finally:
+        for cache in (a, b):
+            cache.close()
+
+
 def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the_delete(
     server: tuple[str, bool], namespace: str
 ) -> None:
@@ -117,17 +140,21 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
     admin = redis_client(url, cluster=cluster)
     key = k("limit").to_string()
     try:
-        before = time.time() - 0.5
-        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, since_s=before) == "stored"
+        early_lookup = time.monotonic() - 0.5  # a lookup that began before the delete
+
+        def before() -> float:  # its age, as the caller measures it
+            return time.monotonic() - early_lookup
+
+        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, age_s=before()) == "stored"
         assert other.delete(key)
         tombstone = tier.redis_key(key) + ":invalidated"
         assert 0 < admin.pttl(tombstone) <= 3600_000  # remembered for tombstone_ttl_s
-        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, since_s=before) == (
+        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, age_s=before()) == (
             "invalidated"
         )
         assert tier.get(key) is None
-        after = time.time() + 0.5  # a lookup that began after the delete
-        assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, since_s=after) == "stored"
+        # a lookup that began after the delete: now, with no allowance
+        assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, age_s=0.0) == "stored"
         assert tier.get(key) == b"v2"
         assert 0 < admin.pttl(tier.redis_key(key)) <= 30_000  # its TTL came along
         assert tier.stats().items == 1  # the tombstone is not a cached value
@@ -135,7 +162,7 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         bucket = SemanticKey("acme", "t1", 7).to_string()
         tier.put(bucket, b"s")
         other.delete(bucket)
-        assert tier.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before) == (
+        assert tier.put_unless_invalidated(bucket, b"s", ttl_s=None, age_s=before()) == (
             "invalidated"
         )
         # a tombstone the caller names as its own does not refuse; another delete since does.
@@ -148,12 +175,12 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         mark = other.own_mark(bucket, time.monotonic_ns())
         assert mark
         assert (
-            other.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before, own_mark=mark)
+            other.put_unless_invalidated(bucket, b"s", ttl_s=None, age_s=before(), own_mark=mark)
             == "stored"
         )
         tier.delete(bucket)  # someone else's
         assert (
-            other.put_unless_invalidated(bucket, b"s", ttl_s=None, since_s=before, own_mark=mark)
+            other.put_unless_invalidated(bucket, b"s", ttl_s=None, age_s=before(), own_mark=mark)
             == "invalidated"
         )
         page = PrefixKey.chain("acme", "m", [list(range(16))])[0].to_string()
@@ -161,7 +188,7 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         assert tier.delete(page)
         assert admin.exists(tier.redis_key(page) + ":invalidated") == 0
         with pytest.raises(ValueError, match="only answers"):
-            tier.put_unless_invalidated(page, b"kv", ttl_s=None, since_s=after)
+            tier.put_unless_invalidated(page, b"kv", ttl_s=None, age_s=0.0)
     finally:
         tier.close()
         other.close()
@@ -173,12 +200,8 @@ def test_a_lookup_older_than_the_tombstones_last_is_refused(redis_url: str, name
     try:
         key = k("old").to_string()
         # no tombstone any more could say whether it was invalidated since: refused
-        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time() - 120) == (
-            "invalidated"
-        )
-        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time() - 30) == (
-            "stored"
-        )
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, age_s=120.0) == ("invalidated")
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, age_s=30.0) == ("stored")
         with pytest.raises(ValueError, match="tombstone_ttl_s"):
             RedisTier(redis_client(redis_url), namespace=namespace, tombstone_ttl_s=0)
     finally:
@@ -195,9 +218,7 @@ def test_a_redis_that_is_down_degrades_the_conditional_put_never_the_request(
     try:
         server.stop()
         key = k("fee").to_string()
-        assert shared.put_unless_invalidated(key, b"x", ttl_s=None, since_s=time.time()) == (
-            "failed"
-        )
+        assert shared.put_unless_invalidated(key, b"x", ttl_s=None, age_s=0.0) == ("failed")
         assert shared.stats().errors >= 1
         assert cache.put(k("fee"), b"fee=1%", since_ns=time.monotonic_ns())  # memory took it
         assert cache.get(k("fee")) == b"fee=1%"
@@ -216,7 +237,7 @@ def test_a_tenant_acl_user_may_run_the_scripts(redis_url: str, namespace: str) -
     tier = RedisTier(redis_client(redis_url, username=user, password="s3cret"), namespace=namespace)
     try:
         key = k("q").to_string()
-        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, since_s=time.time()) == "stored"
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, age_s=0.0) == "stored"
         assert tier.delete(key)
         assert tier.stats().errors == 0
     finally:
@@ -422,8 +443,12 @@ def test_a_demotion_is_checked_from_the_answers_own_time_when_a_publish_never_co
     try:
         a.put(k("nav"), b"OLD" * 100)
         x.invalidate(k("nav"))  # never published
-        invalidated_at = time.time()
-        wait_until(lambda: (feed.applied_until() or 0.0) > invalidated_at + 1.5)
+        invalidated_at = time.monotonic()
+        # the feed catches up past the invalidation (and the allowance): from its catch-up
+        # alone, the old answer would look current
+        wait_until(
+            lambda: time.monotonic() - (feed.applied_age() or float("inf")) > invalidated_at + 1.5
+        )
         for i in range(40):  # a's memory evicts the old answer into Redis
             a.put(k(f"other{i}"), b"x" * 300)
         assert c.get(k("nav")) is None
