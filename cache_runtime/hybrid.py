@@ -242,8 +242,8 @@ class HybridCache(Invalidation):
 
         An answer with `since_ns` goes to the shared tiers first, each written only if no
         process invalidated it since the lookup (`RedisTier.put_unless_invalidated`, checked
-        on the server, which dates the lookup by its age on its own clock, `PUT_SKEW_S` earlier
-        for the put's transit): if one was, nothing is written.
+        on the server, which dates the lookup on its own clock): if one was, nothing is
+        written.
         In-process fences cannot see another process's invalidation until the feed brings it,
         and a value written to Redis in that window would be served to every process."""
         tiers: list[Tier] = self.tiers

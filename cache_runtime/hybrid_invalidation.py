@@ -37,10 +37,11 @@ if TYPE_CHECKING:
 # calls have their own, shorter timeouts: Redis's socket timeout, the SSD's lock_timeout_s)
 _WRITE_WAIT_S = 30.0
 _SHARED_PUTS_LIMIT = 100_000  # answers this process put lately, for remote deletes
-# A delete's own duration and a put's transit; for the wall times of remote deletes, also
-# clock skew between processes (tombstone checks compare no clocks: `_lookup_age`)
+# A delete's own duration and clock skew between processes, for the wall times of remote
+# deletes (tombstone checks have their own allowance: `RedisTier.put_unless_invalidated`)
 PUT_SKEW_S = 1.0
 UNKNOWN = object()  # what a tier call that raised returns where None means something
+_NEVER_NS = -(1 << 62)  # a monotonic time before anything
 # Keys that can go stale (answers); KV pages ("prefix") are keyed by their tokens and weights
 ANSWER_KINDS = frozenset({"exact", "semantic"})
 
@@ -249,14 +250,19 @@ class Invalidation:
     ) -> str:
         """`tier.put_unless_invalidated` of an answer whose source was read at `since_ns`;
         `read_here`: the value came from this process's own tiers, current only up to the
-        feed's last catch-up, so it is checked from then if that is earlier. Returns the
-        outcome ("failed" if the call raised); an "invalidated" one is counted."""
-        age_s = self._lookup_age(since_ns)
+        feed's last catch-up, so it is checked from then if that is earlier (from the start of
+        the clock, so refused, while the feed is unhealthy). Returns the outcome ("failed" if
+        the call raised); an "invalidated" one is counted."""
+        looked_up_ns = since_ns
         if read_here and self._feed is not None:
-            age_s = max(age_s, self._own_tiers_age())
+            applied = self._feed.applied_age()
+            # unhealthy: current as of no time at all (long before any tombstone kept): refused
+            current_ns = _NEVER_NS if applied is None else time.monotonic_ns() - int(applied * 1e9)
+            looked_up_ns = min(looked_up_ns, current_ns)
         outcome = self._call(
             tier, "put", tier.put_unless_invalidated,  # type: ignore[attr-defined]
-            key, value, ttl_s=ttl, age_s=age_s, own_mark=own_mark, on_error="failed",
+            key, value, ttl_s=ttl, looked_up_ns=looked_up_ns, own_mark=own_mark,
+            on_error="failed",
         )  # fmt: skip
         if outcome == "invalidated":
             self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()
@@ -268,18 +274,3 @@ class Invalidation:
         showed no delete of the key running."""
         tiers = [tier for tier in self.tiers if checks_tombstones(tier)]
         return {tier.name: tier.own_mark(key, since_ns) for tier in tiers}  # type: ignore[attr-defined]
-
-    @staticmethod
-    def _lookup_age(since_ns: int) -> float:
-        """Seconds since `since_ns` (monotonic), plus `PUT_SKEW_S` for the put's own transit
-        and a delete's duration: how long before the put the tombstones must be checked from.
-        Redis dates it on its own clock (`RedisTier.put_unless_invalidated`)."""
-        return (time.monotonic_ns() - since_ns) / 1e9 + PUT_SKEW_S
-
-    def _own_tiers_age(self) -> float:
-        """How long ago (plus `PUT_SKEW_S`) this process's own tiers last reflected every other
-        process's delete: the feed's last catch-up; infinite while it is unhealthy, so that
-        nothing read from them is taken for current. Needs a feed."""
-        assert self._feed is not None
-        applied = self._feed.applied_age()
-        return float("inf") if applied is None else applied + PUT_SKEW_S

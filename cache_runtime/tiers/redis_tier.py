@@ -24,7 +24,9 @@ which is why pinned entries belong in the memory or SSD tier as well.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,6 +41,7 @@ from cache_runtime.tiers.redis_tombstones import (
     MIN_TOMBSTONE_TTL_S,
     SET_UNLESS_INVALIDATED,
     TOMBSTONE_SUFFIX,
+    TRANSIT_ALLOWANCE_S,
     OwnMarks,
     PutOutcome,
     tombstone_of,
@@ -63,9 +66,13 @@ class RedisTier:
         bulk_batch: int = 1000,
         bulk_connections: int = 1,
         tombstone_ttl_s: float = 3600.0,
+        transit_allowance_s: float = TRANSIT_ALLOWANCE_S,
     ) -> None:
         """`tombstone_ttl_s`: how long an answer's delete is remembered (see the module
         docstring); `put_unless_invalidated` refuses lookups older than that.
+        `transit_allowance_s`: how late a guarded put may reach Redis, and how far this host's
+        clock may run ahead of Redis's (see `put_unless_invalidated`); a larger one refuses
+        more answers looked up just after another process's invalidation.
 
         `bulk_batch` keys per MSET (and per pipeline otherwise); `put_many` spreads its
         entries over `bulk_connections` connections at once.
@@ -81,7 +88,10 @@ class RedisTier:
             raise ValueError("namespace must be non-empty and contain no ':'")
         if not tombstone_ttl_s >= MIN_TOMBSTONE_TTL_S:
             raise ValueError(f"tombstone_ttl_s must be at least {MIN_TOMBSTONE_TTL_S:g}")
+        if not 0 < transit_allowance_s < tombstone_ttl_s:
+            raise ValueError("transit_allowance_s must be positive and below tombstone_ttl_s")
         self.tombstone_ttl_s = tombstone_ttl_s
+        self.transit_allowance_s = transit_allowance_s
         self._mark_ms = max(1, int(tombstone_ttl_s * 1000))
         self._own_marks = OwnMarks()  # this tier's latest deletes (`own_mark`)
         self.name = name
@@ -163,24 +173,36 @@ class RedisTier:
         value: bytes,
         *,
         ttl_s: float | None,
-        age_s: float,
+        looked_up_ns: int,
         own_mark: str = "",
     ) -> PutOutcome:
         """Write the answer `key` unless some process invalidated it at or after the lookup that
-        `value` was computed from, which began `age_s` seconds before this call (measured on the
-        caller's monotonic clock, plus what the caller allows for this call's own transit);
-        check and write run as one script on the server, which dates the lookup on its own
-        clock (see `redis_tombstones.py`). "invalidated" also for a lookup older than
-        `tombstone_ttl_s` (its tombstone may be gone). A failure leaves the key a suspect, as
-        `put` does.
+        `value` was computed from, which began at `looked_up_ns` (`time.monotonic_ns()` of this
+        process); check and write run as one script on the server (`redis_tombstones.py`).
+        "invalidated" also for a lookup older than `tombstone_ttl_s` (its tombstone may be
+        gone). A failure leaves the key a suspect, as `put` does.
+
+        The script places the lookup on the server's clock, which timed the tombstone, two ways
+        and takes the earlier, `transit_allowance_s` (t) earlier still:
+        - by its age: the time since the lookup when the call is sent, taken back from the
+          server's clock when the script runs. No clocks of two hosts are compared, but a call
+          that reaches Redis late (a busy or paused Redis, a timeout after which Redis still
+          runs it, a cluster client's retry) makes the age too short;
+        - by its wall time on this host. A late call changes nothing, but a host clock that
+          runs ahead of Redis's makes it too late.
+        So a stale answer could land only if this host's clock ran more than t ahead of Redis's
+        *and* the call reached Redis more than t late; and a "stored" reply that itself came
+        more than t after the call was sent is not trusted: the key is deleted again (a
+        suspect if that fails too), counted as an error, and the put is "invalidated" (its
+        caller drops its own copies: a miss, never a stale answer).
 
         `own_mark`: a tombstone that does not count (`own_mark(key, looked_up_ns)`: this tier's
         own last delete of the key, complete in every tier of its cache before the lookup, on
         one clock; the caller reads it under its copy lock, right after its fences showed no
-        delete of the key running). Without it the transit allowance would refuse the refill
-        of an invalidation, and every answer looked up in the second after it, in the very
-        process that invalidated. A delete since, by anyone, leaves another tombstone, which
-        still refuses it.
+        delete of the key running). Without it the allowance would refuse the refill of an
+        invalidation, and every answer looked up in the second after it, in the very process
+        that invalidated. A delete since, by anyone, leaves another tombstone, which still
+        refuses it.
 
         Raises:
             ValueError: `key` is not an answer (only answers have tombstones).
@@ -193,20 +215,30 @@ class RedisTier:
             self._stats.puts += 1
         if self._suspects and self._suspects.holds(key):
             return "failed"  # Redis may still hold an older value: not written over
-        if not 0 <= age_s <= self.tombstone_ttl_s:  # (NaN too) no tombstone may say: refused
+        sent_ns = time.monotonic_ns()
+        age_s = max(sent_ns - looked_up_ns, 0) / 1e9 + self.transit_allowance_s
+        if age_s > self.tombstone_ttl_s:  # no tombstone may be left to say: refused
             return "invalidated"
         px = "0" if ttl_s is None else str(max(1, int(ttl_s * 1000)))
         oldest = int(self.tombstone_ttl_s * 1e6)
+        wall_us = math.floor((time.time() - age_s) * 1e6)
         try:
             written = self._client.eval(
                 SET_UNLESS_INVALIDATED, 2, name, tombstone,
-                value, px, int(age_s * 1e6), oldest, own_mark,
+                value, px, math.ceil(age_s * 1e6), oldest, own_mark, wall_us,
             )  # fmt: skip
         except REDIS_ERRORS:
             self._count_error()
             self._suspects.add([key])
             return "failed"
-        return "stored" if written else "invalidated"
+        if not written:
+            return "invalidated"
+        if time.monotonic_ns() - sent_ns > self.transit_allowance_s * 1e9:
+            # it may have run late, its age then too short: it cannot be shown current
+            self._count_error()
+            self.delete(key)  # (a suspect if this fails too)
+            return "invalidated"
+        return "stored"
 
     def put_many(self, items: Iterable[tuple[str, bytes, float | None]]) -> int:
         """Bulk writes (warm-up); returns how many keys were stored.

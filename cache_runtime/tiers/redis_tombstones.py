@@ -5,8 +5,9 @@ time of the delete, for the tier's `tombstone_ttl_s`), and a guarded put writes 
 if no tombstone is as recent as the lookup it was computed from, checked and written in one
 server-side script (`SET_UNLESS_INVALIDATED`): an answer computed before an invalidation can
 then never land in Redis after it, even from a process that dies before it could clean up.
-The put gives its lookup's age, not its time, and the script dates it on the server's own
-clock: a writer whose clock is off by minutes is refused all the same.
+The lookup is dated on the server's clock by its age and by its wall time, the earlier
+winning: a writer whose clock is off is refused all the same, and so is a put that reaches
+Redis late (`RedisTier.put_unless_invalidated`).
 
 A process's own deletes are remembered (`OwnMarks`): its refill of an invalidation, looked up
 after that delete, must not be refused by the delete's own tombstone.
@@ -22,7 +23,10 @@ from typing import Literal
 PutOutcome = Literal["stored", "invalidated", "failed"]
 ANSWER_KINDS = ("exact", "semantic")  # keys that can go stale: their deletes leave tombstones
 TOMBSTONE_SUFFIX = ":invalidated"
-MIN_TOMBSTONE_TTL_S = 60.0  # a lookup must fit in it, with the caller's clock skew allowance
+MIN_TOMBSTONE_TTL_S = 60.0  # a lookup must fit in it, with the transit allowance
+# How late a guarded put may reach Redis, and how far this host's clock may run ahead of Redis's,
+# before either could let a stale answer in (both at once: see `RedisTier.put_unless_invalidated`)
+TRANSIT_ALLOWANCE_S = 1.0
 
 # Delete an answer and mark when (KEYS: the answer, its tombstone; ARGV: the tombstone's TTL in
 # ms); returns {deleted count, the mark or false}. The DEL goes first and the SET is allowed to
@@ -39,16 +43,16 @@ return {deleted, mark}
 """
 # Write an answer unless it was invalidated at or after the lookup it was computed from (KEYS:
 # the answer, its tombstone; ARGV: the value, PX in ms or '0' for none, the lookup's age in
-# microseconds (how long before this call it began, on the caller's own clock), the oldest age
-# accepted (older than the tombstones last, it cannot be checked), and a mark to accept (this
-# process's own invalidation, for its refill) or ''). The lookup's time is placed on this
-# server's clock, which also timed the tombstone (an answer and its tombstone share a slot, so a
-# node): no two machines' clocks are ever compared. Returns 1 if written.
+# microseconds (how long before the call it began, on the caller's monotonic clock), the oldest
+# age accepted (older than the tombstones last, it cannot be checked), a mark to accept (this
+# process's own invalidation, for its refill) or '', and the lookup's wall time in microseconds
+# on the caller's clock). The lookup is placed on this server's clock, which timed the tombstone,
+# both ways, and the earlier wins (see `RedisTier.put_unless_invalidated`). Returns 1 if written.
 SET_UNLESS_INVALIDATED = """
-local age = tonumber(ARGV[3])
-if age > tonumber(ARGV[4]) then return 0 end
 local t = redis.call('TIME')
-local since = tonumber(t[1]) * 1000000 + tonumber(t[2]) - age
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local since = math.min(now - tonumber(ARGV[3]), tonumber(ARGV[6]))
+if now - since > tonumber(ARGV[4]) then return 0 end
 local mark = redis.call('GET', KEYS[2])
 if mark and mark ~= ARGV[5] and tonumber(mark) >= since then return 0 end
 if ARGV[2] == '0' then

@@ -131,6 +131,37 @@ def test_a_writer_whose_clock_is_off_is_refused_all_the_same(
             cache.close()
 
 
+@pytest.mark.parametrize("skew_s", [0.0, 30.0])
+def test_a_put_that_reaches_redis_late_does_not_land_an_invalidated_answer(
+    redis_url: str, namespace: str, skew_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis pauses (a failover, a slow command) while a guarded put is on its way, so the
+    script runs 1.5 s after the put measured its lookup's age. Its lookup's wall time still
+    refuses it; if this host's clock also runs ahead (30 s), the script stores it, but the reply
+    came too late to be trusted: the put deletes it again and is refused all the same."""
+    (b, _), (c, _) = (replica(redis_url, False, namespace) for _ in range(2))
+    shared = RedisTier(redis_client(redis_url, socket_timeout_s=5.0), namespace=namespace)
+    a = HybridCache([MemoryTier(1 << 20), shared])
+    admin = redis.Redis.from_url(redis_url)
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + skew_s)
+    try:
+        a.put(k("nav"), b"NAV=101.2 (yesterday)")
+        looked_up = time.monotonic_ns()
+        b.invalidate(k("nav"))
+        admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+        assert not a.put(k("nav"), b"NAV=101.2 (yesterday)", since_ns=looked_up)
+        assert c.get(k("nav")) is None  # after the pause: never the old NAV in Redis
+        assert a.get(k("nav")) is None  # nor in a's memory
+        if skew_s:
+            assert shared.stats().errors >= 1  # the late "stored", taken back
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+        for cache in (a, b, c):
+            cache.close()
+
+
 def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the_delete(
     server: tuple[str, bool], namespace: str
 ) -> None:
@@ -140,21 +171,26 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
     admin = redis_client(url, cluster=cluster)
     key = k("limit").to_string()
     try:
-        early_lookup = time.monotonic() - 0.5  # a lookup that began before the delete
-
-        def before() -> float:  # its age, as the caller measures it
-            return time.monotonic() - early_lookup
-
-        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, age_s=before()) == "stored"
+        before = time.monotonic_ns() - 500_000_000  # a lookup that began before the delete
+        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, looked_up_ns=before) == (
+            "stored"
+        )
         assert other.delete(key)
         tombstone = tier.redis_key(key) + ":invalidated"
         assert 0 < admin.pttl(tombstone) <= 3600_000  # remembered for tombstone_ttl_s
-        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, age_s=before()) == (
+        assert tier.put_unless_invalidated(key, b"v1", ttl_s=None, looked_up_ns=before) == (
             "invalidated"
         )
         assert tier.get(key) is None
-        # a lookup that began after the delete: now, with no allowance
-        assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, age_s=0.0) == "stored"
+        # a lookup that began after the delete, but within the allowance for a put's transit
+        # (and a host clock ahead of Redis's): refused; once past it, written
+        after = time.monotonic_ns()
+        assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, looked_up_ns=after) == (
+            "invalidated"
+        )
+        time.sleep(tier.transit_allowance_s)  # the allowance itself is what is tested here
+        later = time.monotonic_ns()
+        assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, looked_up_ns=later) == "stored"
         assert tier.get(key) == b"v2"
         assert 0 < admin.pttl(tier.redis_key(key)) <= 30_000  # its TTL came along
         assert tier.stats().items == 1  # the tombstone is not a cached value
@@ -162,7 +198,7 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         bucket = SemanticKey("acme", "t1", 7).to_string()
         tier.put(bucket, b"s")
         other.delete(bucket)
-        assert tier.put_unless_invalidated(bucket, b"s", ttl_s=None, age_s=before()) == (
+        assert tier.put_unless_invalidated(bucket, b"s", ttl_s=None, looked_up_ns=before) == (
             "invalidated"
         )
         # a tombstone the caller names as its own does not refuse; another delete since does.
@@ -175,12 +211,16 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         mark = other.own_mark(bucket, time.monotonic_ns())
         assert mark
         assert (
-            other.put_unless_invalidated(bucket, b"s", ttl_s=None, age_s=before(), own_mark=mark)
+            other.put_unless_invalidated(
+                bucket, b"s", ttl_s=None, looked_up_ns=before, own_mark=mark
+            )
             == "stored"
         )
         tier.delete(bucket)  # someone else's
         assert (
-            other.put_unless_invalidated(bucket, b"s", ttl_s=None, age_s=before(), own_mark=mark)
+            other.put_unless_invalidated(
+                bucket, b"s", ttl_s=None, looked_up_ns=before, own_mark=mark
+            )
             == "invalidated"
         )
         page = PrefixKey.chain("acme", "m", [list(range(16))])[0].to_string()
@@ -188,7 +228,7 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         assert tier.delete(page)
         assert admin.exists(tier.redis_key(page) + ":invalidated") == 0
         with pytest.raises(ValueError, match="only answers"):
-            tier.put_unless_invalidated(page, b"kv", ttl_s=None, age_s=0.0)
+            tier.put_unless_invalidated(page, b"kv", ttl_s=None, looked_up_ns=after)
     finally:
         tier.close()
         other.close()
@@ -200,8 +240,11 @@ def test_a_lookup_older_than_the_tombstones_last_is_refused(redis_url: str, name
     try:
         key = k("old").to_string()
         # no tombstone any more could say whether it was invalidated since: refused
-        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, age_s=120.0) == ("invalidated")
-        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, age_s=30.0) == ("stored")
+        long_ago = time.monotonic_ns() - 120 * 10**9
+        refused = tier.put_unless_invalidated(key, b"v", ttl_s=None, looked_up_ns=long_ago)
+        assert refused == "invalidated"
+        lately = time.monotonic_ns() - 30 * 10**9
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, looked_up_ns=lately) == "stored"
         with pytest.raises(ValueError, match="tombstone_ttl_s"):
             RedisTier(redis_client(redis_url), namespace=namespace, tombstone_ttl_s=0)
     finally:
@@ -218,7 +261,8 @@ def test_a_redis_that_is_down_degrades_the_conditional_put_never_the_request(
     try:
         server.stop()
         key = k("fee").to_string()
-        assert shared.put_unless_invalidated(key, b"x", ttl_s=None, age_s=0.0) == ("failed")
+        now = time.monotonic_ns()
+        assert shared.put_unless_invalidated(key, b"x", ttl_s=None, looked_up_ns=now) == ("failed")
         assert shared.stats().errors >= 1
         assert cache.put(k("fee"), b"fee=1%", since_ns=time.monotonic_ns())  # memory took it
         assert cache.get(k("fee")) == b"fee=1%"
@@ -237,7 +281,8 @@ def test_a_tenant_acl_user_may_run_the_scripts(redis_url: str, namespace: str) -
     tier = RedisTier(redis_client(redis_url, username=user, password="s3cret"), namespace=namespace)
     try:
         key = k("q").to_string()
-        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, age_s=0.0) == "stored"
+        now = time.monotonic_ns()
+        assert tier.put_unless_invalidated(key, b"v", ttl_s=None, looked_up_ns=now) == "stored"
         assert tier.delete(key)
         assert tier.stats().errors == 0
     finally:
@@ -447,7 +492,10 @@ def test_a_demotion_is_checked_from_the_answers_own_time_when_a_publish_never_co
         # the feed catches up past the invalidation (and the allowance): from its catch-up
         # alone, the old answer would look current
         wait_until(
-            lambda: time.monotonic() - (feed.applied_age() or float("inf")) > invalidated_at + 1.5
+            lambda: (
+                (age := feed.applied_age()) is not None
+                and time.monotonic() - age > invalidated_at + 1.5
+            )
         )
         for i in range(40):  # a's memory evicts the old answer into Redis
             a.put(k(f"other{i}"), b"x" * 300)
