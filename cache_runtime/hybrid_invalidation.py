@@ -252,7 +252,8 @@ class Invalidation:
         `read_here`: the value came from this process's own tiers, current only up to the
         feed's last catch-up, so it is checked from then if that is earlier (from the start of
         the clock, so refused, while the feed is unhealthy). Returns the outcome ("failed" if
-        the call raised); an "invalidated" one is counted."""
+        the call raised; "invalidated" for one taken back, whose delete is published too); an
+        "invalidated" one is counted."""
         looked_up_ns = since_ns
         if read_here and self._feed is not None:
             applied = self._feed.applied_age()
@@ -264,6 +265,9 @@ class Invalidation:
             key, value, ttl_s=ttl, looked_up_ns=looked_up_ns, own_mark=own_mark,
             on_error="failed",
         )  # fmt: skip
+        if outcome == "taken_back":  # other processes may have read it meanwhile
+            self._publish(key)
+            outcome = "invalidated"
         if outcome == "invalidated":
             self.metrics.writes.labels(tier.name, key_kind(key), "invalidated").inc()
         return str(outcome)

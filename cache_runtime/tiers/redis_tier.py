@@ -193,8 +193,9 @@ class RedisTier:
         So a stale answer could land only if this host's clock ran more than t ahead of Redis's
         *and* the call reached Redis more than t late; and a "stored" reply that itself came
         more than t after the call was sent is not trusted: the key is deleted again (a
-        suspect if that fails too), counted as an error, and the put is "invalidated" (its
-        caller drops its own copies: a miss, never a stale answer).
+        suspect if that fails too), counted as an error, and the put is "taken_back": its
+        caller drops its own copies and tells the other processes, which may have read it
+        meanwhile (a miss, never a stale answer).
 
         `own_mark`: a tombstone that does not count (`own_mark(key, looked_up_ns)`: this tier's
         own last delete of the key, complete in every tier of its cache before the lookup, on
@@ -215,13 +216,14 @@ class RedisTier:
             self._stats.puts += 1
         if self._suspects and self._suspects.holds(key):
             return "failed"  # Redis may still hold an older value: not written over
+        wall = time.time()  # first: a stall before the next line only makes it earlier
         sent_ns = time.monotonic_ns()
         age_s = max(sent_ns - looked_up_ns, 0) / 1e9 + self.transit_allowance_s
         if age_s > self.tombstone_ttl_s:  # no tombstone may be left to say: refused
             return "invalidated"
         px = "0" if ttl_s is None else str(max(1, int(ttl_s * 1000)))
         oldest = int(self.tombstone_ttl_s * 1e6)
-        wall_us = math.floor((time.time() - age_s) * 1e6)
+        wall_us = math.floor((wall - age_s) * 1e6)
         try:
             written = self._client.eval(
                 SET_UNLESS_INVALIDATED, 2, name, tombstone,
@@ -237,7 +239,7 @@ class RedisTier:
             # it may have run late, its age then too short: it cannot be shown current
             self._count_error()
             self.delete(key)  # (a suspect if this fails too)
-            return "invalidated"
+            return "taken_back"
         return "stored"
 
     def put_many(self, items: Iterable[tuple[str, bytes, float | None]]) -> int:

@@ -20,7 +20,9 @@ import time
 from collections import OrderedDict
 from typing import Literal
 
-PutOutcome = Literal["stored", "invalidated", "failed"]
+# "taken_back": stored, then deleted again, as it could not be shown current (see
+# `RedisTier.put_unless_invalidated`); other processes may have read it meanwhile
+PutOutcome = Literal["stored", "invalidated", "taken_back", "failed"]
 ANSWER_KINDS = ("exact", "semantic")  # keys that can go stale: their deletes leave tombstones
 TOMBSTONE_SUFFIX = ":invalidated"
 MIN_TOMBSTONE_TTL_S = 60.0  # a lookup must fit in it, with the transit allowance

@@ -127,7 +127,7 @@ def _guarded_put_latencies(url: str, puts: int) -> tuple[list[float], list[float
             key = ExactKey.of("acme", "m", f"question {i}").to_string()
             tier.delete(key)  # a tombstone to check: this tier's own, settled, so it passes
             tier.settle(key)
-            looked_up = time.monotonic_ns()
+            looked_up = time.monotonic_ns() + 1  # strictly after the settle
             mark = tier.own_mark(key, looked_up)
             started = time.perf_counter()
             outcome = tier.put_unless_invalidated(

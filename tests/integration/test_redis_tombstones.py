@@ -162,6 +162,45 @@ def test_a_put_that_reaches_redis_late_does_not_land_an_invalidated_answer(
             cache.close()
 
 
+class TakenBack(RedisTier):
+    """A Redis tier whose guarded puts all come back too late to trust: each is stored, then
+    taken back (what `put_unless_invalidated` does with a slow "stored" reply)."""
+
+    def put_unless_invalidated(self, key: str, value: bytes, **options: object) -> str:  # type: ignore[override]
+        assert super().put_unless_invalidated(key, value, **options) == "stored"  # type: ignore[arg-type]
+        self.delete(key)
+        return "taken_back"
+
+
+def test_a_put_taken_back_reaches_the_processes_that_read_it_meanwhile(
+    redis_url: str, namespace: str
+) -> None:
+    """Between a late "stored" and its take-back another process may have read the answer into
+    its own memory: the take-back is published like an invalidation, and that copy goes."""
+    feeds = [
+        InvalidationFeed(redis_client(redis_url, socket_timeout_s=2.0), namespace, block_ms=50)
+        for _ in range(2)
+    ]
+    a = HybridCache(
+        [MemoryTier(1 << 20), TakenBack(redis_client(redis_url), namespace=namespace)],
+        feed=feeds[0],
+    )
+    c_memory = MemoryTier(1 << 20)
+    c = HybridCache(
+        [c_memory, RedisTier(redis_client(redis_url), namespace=namespace)], feed=feeds[1]
+    )
+    try:
+        wait_until(lambda: feeds[0].healthy() and feeds[1].healthy())
+        c_memory.put(k("nav").to_string(), b"NAV read in the window")  # c read it meanwhile
+        assert not a.put(k("nav"), b"NAV read in the window", since_ns=time.monotonic_ns())
+        assert a.metrics.writes.labels("redis", "exact", "invalidated")._value.get() == 1
+        wait_until(lambda: not c_memory.contains(k("nav").to_string()))
+        assert c.get(k("nav")) is None and a.get(k("nav")) is None
+    finally:
+        for cache in (a, c):
+            cache.close()
+
+
 def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the_delete(
     server: tuple[str, bool], namespace: str
 ) -> None:
@@ -188,7 +227,7 @@ def test_put_unless_invalidated_compares_the_lookup_with_the_servers_time_of_the
         assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, looked_up_ns=after) == (
             "invalidated"
         )
-        time.sleep(tier.transit_allowance_s)  # the allowance itself is what is tested here
+        time.sleep(tier.transit_allowance_s + 0.05)  # the allowance itself is under test
         later = time.monotonic_ns()
         assert tier.put_unless_invalidated(key, b"v2", ttl_s=30, looked_up_ns=later) == "stored"
         assert tier.get(key) == b"v2"
