@@ -226,8 +226,8 @@ class TenantSessionPages:
             if size[measure] <= level:
                 continue
             pages = self._tenants[tenant]
-            excess = size[measure] - level
-            pages.drop_oldest(**({"pages": excess} if measure == 0 else {"sessions": excess}))
+            above = size[measure] - level
+            pages.drop_oldest(**({"pages": above} if measure == 0 else {"sessions": above}))
             after = pages.sizes()
             self._pages += after[0] - size[0]
             self._sessions += after[1] - size[1]
