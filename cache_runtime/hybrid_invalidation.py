@@ -39,7 +39,7 @@ _WRITE_WAIT_S = 30.0
 _SHARED_PUTS_LIMIT = 100_000  # answers this process put lately, for remote deletes
 # A delete's own duration and clock skew between processes, for the wall times of remote
 # deletes (tombstone checks have their own allowance: `RedisTier.put_unless_invalidated`)
-PUT_SKEW_S = 1.0
+_PUT_SKEW_S = 1.0
 UNKNOWN = object()  # what a tier call that raised returns where None means something
 _NEVER_NS = -(1 << 62)  # a monotonic time before anything
 # Keys that can go stale (answers); KV pages ("prefix") are keyed by their tokens and weights
@@ -126,13 +126,13 @@ class Invalidation:
         """Another process deleted these keys (each with the wall time it published the
         delete): delete them from this process's own tiers, and from the shared ones too where
         this process's last put of the key ended after that delete began (less
-        `PUT_SKEW_S`): that put may have reached Redis after the delete, with a value computed
+        `_PUT_SKEW_S`): that put may have reached Redis after the delete, with a value computed
         before it. Only then: every process deleting from Redis would also wipe the refill of
         the process that invalidated."""
         for key, deleted_at in deletions:
             with self._copy_lock:
                 put_ended = self._shared_puts.get(key)
-            late = put_ended is not None and put_ended >= deleted_at - PUT_SKEW_S
+            late = put_ended is not None and put_ended >= deleted_at - _PUT_SKEW_S
             self._delete(key, publish=False, tiers=None if late else self._own_tiers)
 
     def _note_shared_put(self, key: str) -> None:
