@@ -5,18 +5,15 @@
   the tier above (write-back / demotion), so a cold value leaves memory for SSD, not for nowhere.
 - Any exception from a tier is counted and treated as a miss or a refused write: a broken SSD or
   an unreachable Redis makes the cache smaller, never the request fail.
-- `invalidate(key, refill)` removes a key everywhere at once and recomputes it in the background
-  ("update the source, invalidate, refill"); until the refill lands, lookups miss — a stale value
-  is never served after `invalidate` returns, here or in another process (the deletes, fences,
-  invalidation feed and Redis tombstones that make it so are `hybrid_invalidation.py`).
-- Each deletion and each put leaves a fence with its time (`fences.py`), and a copy in flight
-  (a promotion, a demotion, an older refill) of a value older than the key's fence is dropped:
-  an old value never lands over a newer write or after a delete.
-- A tier that refuses a put drops its older value of the key (the `Tier.put` contract), and a
-  put deletes the key from the tiers outside `write_through`: an older copy left in any tier
-  would be served once the faster tiers lose the new one.
-- With an `InvalidationFeed` (`invalidation.py`), answers are not read from this process's own
-  tiers while it may have missed another process's delete.
+- Answers (exact responses, semantic buckets) are valid only under the generations they were
+  computed in (`generations.py`): each copy carries its stamp, a lookup reads the current one
+  (with the Redis value, in one round trip, when memory and SSD miss) and serves the first copy
+  that matches; a copy that does not is dropped lazily. `invalidate` increments a counter and
+  no process serves the old answer after it returns, whatever copies are left or in flight.
+  Copies between tiers (promotions, demotions) are therefore unchecked.
+- Without readable generations (Redis down) answers miss, and say so in `check()` and the
+  metrics; KV pages and embeddings are immutable (keyed by their tokens or text and the
+  model) and keep hitting from every tier that still works.
 - A promoted value keeps the expiry it had in the tier it came from.
 - TTL per entry: fixed (expires `ttl_s` after the write) or renew-on-hit (each hit resets it).
 """
@@ -25,29 +22,65 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from cache_runtime.fences import Fences
-from cache_runtime.hybrid_invalidation import (
+from cache_runtime.generations import (
     ANSWER_KINDS,
-    UNKNOWN,
-    Invalidation,
-    checks_tombstones,
-    key_kind,
+    AnswerScope,
+    Generations,
+    LocalGenerations,
+    Stamp,
+    template_counter,
+    tenant_counter,
 )
-from cache_runtime.invalidation import InvalidationFeed
-from cache_runtime.keys import CacheKey, ExactKey, PrefixKey, SemanticKey
+from cache_runtime.keys import CacheKey, ExactKey, PrefixKey, SemanticKey, parse_key
 from cache_runtime.metrics import CacheMetrics
 from cache_runtime.sessions import TenantSessionPages
 from cache_runtime.tiers.base import Tier
 
 TtlMode = Literal["fixed", "renew"]
+_UNKNOWN = object()  # what a tier call that raised returns where None means something
+_STAMP_MAGIC = b"g1:"
+_RECENT_ERROR_S = 10.0  # a tier that failed a call this recently is reported degraded
 
 
-class HybridCache(Invalidation):
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """A lookup's value (None on a miss), the tier that answered, and, for an answer key, the
+    generations read: what a value computed from now on is stored with (`put(generations=)`);
+    None for immutable kinds, and for answers when the generations could not be read."""
+
+    value: bytes | None
+    tier: str | None
+    generations: Stamp | None
+
+
+def stamped(stamp: Stamp, value: bytes) -> bytes:
+    """An answer as the tiers hold it: its stamp, then its bytes."""
+    return _STAMP_MAGIC + stamp + b"\n" + value
+
+
+def unstamped(raw: bytes, stamp: Stamp) -> bytes | None:
+    """The answer in `raw` if it was stored under `stamp`; None for any other copy."""
+    head = _STAMP_MAGIC + stamp + b"\n"
+    return raw[len(head) :] if raw.startswith(head) else None
+
+
+def key_kind(key: str) -> str:
+    try:
+        return parse_key(key).kind
+    except ValueError:
+        return "other"
+
+
+def _string(key: CacheKey | str | None) -> str | None:
+    return key if key is None or isinstance(key, str) else key.to_string()
+
+
+class HybridCache:
     """Tiers from fastest to slowest; `write_through` names the tiers every put writes to
     (default: all). The others are filled by demotion and promotion only."""
 
@@ -57,13 +90,13 @@ class HybridCache(Invalidation):
         write_through: Sequence[str] | None = None,
         metrics: CacheMetrics | None = None,
         refill_workers: int = 2,
-        feed: InvalidationFeed | None = None,
+        generations: Generations | None = None,
         sessions: TenantSessionPages | None = None,
     ) -> None:
-        """`feed`: the Redis stream through which this process's deletes reach the other
-        processes' own tiers and theirs reach it (`invalidation.py`); None for a cache no
-        other process shares. `sessions`: what each conversation read (`end_session`), with
-        its bounds; a default `TenantSessionPages()` when None."""
+        """`generations`: where answers' counters live; by default the Redis tier's
+        (`RedisTier.generations()`, shared with every process using that Redis), else this
+        process's own (`LocalGenerations`: no other process can invalidate). `sessions`: what
+        each conversation read (`end_session`); a default `TenantSessionPages()` when None."""
         if not tiers:
             raise ValueError("a hybrid cache needs at least one tier")
         names = [t.name for t in tiers]
@@ -75,87 +108,114 @@ class HybridCache(Invalidation):
         if unknown:
             raise ValueError(f"write_through names unknown tiers: {sorted(unknown)}")
         self.metrics = metrics or CacheMetrics()
-        # what each live conversation read: `end_session` cools the entries only it read
         self.sessions = sessions if sessions is not None else TenantSessionPages()
+        shared = [t for t in self.tiers if callable(getattr(t, "generations", None))]
+        if generations is None:
+            generations = shared[0].generations() if shared else LocalGenerations()  # type: ignore[attr-defined]
+        self.generations = generations
+        # the last tier, when it reads in the generations' round trip (`_read`)
+        last = self.tiers[-1]
+        pipelines = getattr(last, "pipelines_with", None)
+        self._pipelined = last if callable(pipelines) and pipelines(generations) else None
         self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
+        self._last_errors: dict[str, tuple[float, str]] = {}  # tier -> (monotonic, what failed)
         self._renew_lock = threading.Lock()
-        self._fences = Fences()  # what keeps copies of older values from landing
-        self._copy_lock = self._fences.lock  # held by fence checks and the copies they guard
         self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
         for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
             if hasattr(upper, "on_evict"):
                 upper.on_evict = self._demoter(lower)
-        # the tiers only this process (or node) sees: what the feed keeps in step
-        self._own_tiers = [t for t in self.tiers if not getattr(t, "shared", False)]
-        self._shared_puts: OrderedDict[str, float] = OrderedDict()  # see `_note_shared_put`
-        self._feed = feed
-        if feed is not None:
-            feed.start(self._apply_remote_deletes, self._drop_own_answers)
 
     # -- core ----------------------------------------------------------------------------------
 
-    def get(self, key: CacheKey | str, parent: CacheKey | str | None = None) -> bytes | None:
-        """The value from the fastest tier holding it, promoted into the tiers above; or None.
+    def get(
+        self,
+        key: CacheKey | str,
+        parent: CacheKey | str | None = None,
+        *,
+        template: str | None = None,
+    ) -> bytes | None:
+        """The value from the fastest tier holding a valid copy, promoted into the tiers above;
+        or None. `template`: an answer's template (its generation scope, see `lookup`).
 
         `parent`: for a KV page, the page before it (its prefix). A promoted page is then
         linked to its parent in the tiers above, so the memory tier keeps the chain
-        prefix-closed (never evicts the parent first, refuses the page if the parent is not
-        there). A prefix key holds a hash of its parent's, not the parent's key, so the caller,
-        which walks the chain in order, is the one that knows it."""
-        return self.get_with_tier(key, parent)[0]
+        prefix-closed. A prefix key holds a hash of its parent's, not the parent's key, so the
+        caller, which walks the chain in order, is the one that knows it."""
+        return self.lookup(key, parent, template=template).value
 
     def get_with_tier(
         self, key: CacheKey | str, parent: CacheKey | str | None = None
     ) -> tuple[bytes | None, str | None]:
         """`get`, also naming the tier that answered (None on a miss): what a load cost."""
-        text = key if isinstance(key, str) else key.to_string()
-        parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
-        kind = key_kind(text)
-        started = time.monotonic_ns()
-        # another process may have deleted an answer that this process has not heard of yet
-        unsure = self._feed is not None and kind in ANSWER_KINDS and not self._feed.healthy()
-        for depth, tier in enumerate(self.tiers):
-            if unsure and tier in self._own_tiers:
-                self.metrics.lookups.labels(tier.name, kind, "skipped").inc()
-                continue
-            value = self._call(tier, "get", tier.get, text)
-            hit = value is not None
-            self.metrics.lookups.labels(tier.name, kind, "hit" if hit else "miss").inc()
-            if hit:
-                renew = self._renewed_ttl(text)
-                if renew is not None:
-                    self._call(tier, "touch", tier.touch, text, renew)
-                if depth:
-                    ttl = renew
-                    if ttl is None:
-                        ttl = self._call(tier, "ttl", tier.ttl_left, text, on_error=UNKNOWN)
-                    if ttl is not UNKNOWN:  # an unknown expiry must not become "never"
-                        self._promote(
-                            text, value, ttl, self.tiers[:depth], since_ns=started,
-                            parent=parent_text,
-                        )  # fmt: skip
-                return value, tier.name
-        with self._renew_lock:  # gone from every tier: its renew-on-hit TTL goes too (a put
-            self._renew.pop(text, None)  # racing this miss then expires unrenewed: a miss)
-        return None, None
+        found = self.lookup(key, parent)
+        return found.value, found.tier
 
-    def _promote(
+    def lookup(
         self,
-        key: str,
-        value: bytes,
-        ttl: float | None,
-        uppers: Sequence[Tier],
-        since_ns: int,
-        parent: str | None = None,
-    ) -> None:
-        if ttl is not None and ttl <= 0:
-            return  # expired (or gone) meanwhile: nothing worth copying
-        with self._copy_lock:
-            if self._fences.stale(key, since_ns):
-                return  # written or deleted while we were reading: do not copy the old value
-            for upper in uppers:
-                if self._copy_into(upper, key, value, ttl, since_ns, parent):
-                    self.metrics.promotions.labels(upper.name).inc()
+        key: CacheKey | str,
+        parent: CacheKey | str | None = None,
+        *,
+        template: str | None = None,
+    ) -> Lookup:
+        """`get` with the tier that answered and, for an answer, the generations it read: the
+        caller that computes the answer after a miss stores it with `put(generations=...)`.
+        An answer's `template` must be the one its puts give (None: untemplated)."""
+        text = str(_string(key))
+        kind = key_kind(text)
+        scope = AnswerScope.of(text, template) if kind in ANSWER_KINDS else None
+        stamp: Stamp | None = None
+        for depth, tier in enumerate(self.tiers):
+            if scope is not None and stamp is None and tier is self._pipelined:
+                stamp, raw = self._read(scope, tier)  # counters and value: one round trip
+                if stamp is None:
+                    return Lookup(None, None, None)  # cannot be validated (`_read` counts)
+            else:
+                raw = self._call(tier, "get", tier.get, text)
+                if scope is not None and stamp is None and raw is not None:
+                    stamp, _ = self._read(scope)
+                    if stamp is None:
+                        return Lookup(None, None, None)
+            value = raw if raw is None or stamp is None else unstamped(raw, stamp)
+            if raw is not None and value is None:  # stored before an invalidation: dropped
+                self.metrics.lookups.labels(tier.name, kind, "stale").inc()
+                self._call(tier, "delete", tier.delete, text)
+                continue
+            self.metrics.lookups.labels(tier.name, kind, "miss" if raw is None else "hit").inc()
+            if raw is not None and value is not None:
+                self._after_hit(text, raw, depth, _string(parent))
+                return Lookup(value, tier.name, stamp)
+        if scope is not None and stamp is None:
+            stamp, _ = self._read(scope)
+        with self._renew_lock:  # gone from every tier: its renew-on-hit TTL goes too
+            self._renew.pop(text, None)
+        return Lookup(None, None, stamp)
+
+    def _read(self, scope: AnswerScope, tier: Tier | None = None) -> tuple[Stamp | None, Any]:
+        """The generations of `scope` (and the value `tier` holds, in the same round trip)."""
+        also = tier.redis_key(scope.key) if tier is not None else None  # type: ignore[attr-defined]
+        stamp, value = self.generations.read(scope, also)
+        if stamp is None:
+            kind = key_kind(scope.key)
+            self.metrics.lookups.labels("generations", kind, "unvalidated").inc()
+        return stamp, value
+
+    def _after_hit(self, key: str, raw: bytes, depth: int, parent: str | None) -> None:
+        """Renew a renew-on-hit TTL; promote a copy found below the top (unchecked: it carries
+        its stamp, so a stale one can never be served from the tier it goes to)."""
+        tier = self.tiers[depth]
+        renew = self._renewed_ttl(key)
+        if renew is not None:
+            self._call(tier, "touch", tier.touch, key, renew)
+        if not depth:
+            return
+        ttl = renew if renew is not None else self._call(
+            tier, "ttl", tier.ttl_left, key, on_error=_UNKNOWN
+        )  # fmt: skip
+        if ttl is _UNKNOWN or (ttl is not None and ttl <= 0):
+            return  # an unknown expiry must not become "never"; an expired value is not copied
+        for upper in self.tiers[:depth]:
+            if self._call(upper, "put", upper.put, key, raw, ttl_s=ttl, parent=parent):
+                self.metrics.promotions.labels(upper.name).inc()
 
     def put(
         self,
@@ -167,113 +227,108 @@ class HybridCache(Invalidation):
         pinned: bool = False,
         parent: CacheKey | str | None = None,
         hint: str | None = None,
-        since_ns: int | None = None,
+        template: str | None = None,
+        generations: Stamp | None = None,
     ) -> bool:
         """Write to the write-through tiers; True if at least one stored it. `hint`: see
         `policies.Hint` (for a KV page: `Hint.TAIL` when it is the prompt's last page).
 
-        `since_ns`: `time.monotonic_ns()` when the caller read what `value` was computed from
-        (the lookup that missed, before generating the answer). If the key was invalidated or
-        written since, the value may come from the old source: it is not stored (False,
-        counted as "superseded"), so an answer computed before an invalidation never lands
-        after it. The same holds for an invalidation that runs while this put is writing:
-        the put then deletes what it wrote and returns False; and for an answer invalidated
-        by another process since (`_write_tiers`), whose Redis tier refuses it on the server
-        (False, counted as "invalidated")."""
-        text = key if isinstance(key, str) else key.to_string()
-        parent_text = parent if parent is None or isinstance(parent, str) else parent.to_string()
+        An answer is stored with its generations: `generations`, the stamp of the lookup it
+        was computed after (`lookup(...).generations`), if they are still current, else it
+        is not stored (False, counted "superseded"); None stamps it with the generations now,
+        for a value that depends on nothing an invalidation could change meanwhile. Not a
+        compare-and-set: an invalidation between the check and the write leaves a copy that
+        can never be served (its stamp is old), dropped by the next lookup."""
+        text = str(_string(key))
         kind = key_kind(text)
-        # a semantic bucket is merged into what it holds when written: only a delete since the
-        # lookup makes the new entry stale (a write of the bucket since does not)
-        stale = self._fences.deleted_since if kind == "semantic" else self._fences.stale
-        with self._copy_lock:  # check and fence at once: no invalidation can fall between
-            if since_ns is not None and (
-                stale(text, since_ns) or (kind == "semantic" and self._fences.writing(text))
-            ):  # (two writes of a bucket at once would both end superseded: it would go)
-                self.metrics.writes.labels("all", kind, "superseded").inc()
+        if kind in ANSWER_KINDS:
+            current, _ = self.generations.read(AnswerScope.of(text, template))
+            if current is None or (generations is not None and generations != current):
+                result = "unvalidated" if current is None else "superseded"
+                self.metrics.writes.labels("all", kind, result).inc()
                 return False
-            # no delete of the key is running (else stale): the tombstones of this process's
-            # deletes settled before the lookup do not refuse it (`RedisTier.own_mark`)
-            own_marks = self._own_marks(text, since_ns) if since_ns is not None else {}
-            mine = self._fences.begin_write(text)  # older copies in flight are dropped now
-        stored = invalidated = False
-        try:  # from here on, `end_write` must run: a delete of the key waits for it
-            with self._renew_lock:
-                if ttl_mode == "renew" and ttl_s is not None:
-                    self._renew[text] = ttl_s
-                else:
-                    self._renew.pop(text, None)
-            stored, invalidated = self._write_tiers(
-                text, value, kind, since_ns, own_marks,
-                ttl_s=ttl_s, pinned=pinned, parent=parent_text, hint=hint,
+            value = stamped(current, value)
+        with self._renew_lock:
+            if ttl_mode == "renew" and ttl_s is not None:
+                self._renew[text] = ttl_s
+            else:
+                self._renew.pop(text, None)
+        stored = False
+        for tier in self.tiers:
+            if tier.name not in self.write_through:
+                continue
+            ok = self._call(
+                tier, "put", tier.put, text, value,
+                ttl_s=ttl_s, pinned=pinned, parent=_string(parent), hint=hint,
             )  # fmt: skip
-        finally:
-            with self._copy_lock:
-                superseded = self._fences.end_write(text, mine)
-                if self._feed is not None and kind in ANSWER_KINDS:
-                    self._note_shared_put(text)
-        if superseded:
-            # An invalidation or another put ran while this one was writing: its deletes (or
-            # writes) may have reached a tier before this put's write, and this value may
-            # come from the old source, or be older than the other put's. It goes (a miss,
-            # never a wrong answer; two racing puts of a key both end so). An invalidation
-            # also waits for this put and deletes again (`_delete`): none is served after it.
-            self._delete(text)
-            self.metrics.writes.labels("all", kind, "superseded").inc()
-            return False
-        if invalidated:
-            # Another process invalidated the key after this lookup began; this process may
-            # not have heard yet (the feed), so its own tiers may hold an older value too
-            self._delete(text, publish=False, tiers=self._own_tiers)
-            self.metrics.writes.labels("all", kind, "invalidated").inc()
-            return False
+            self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
+            stored = stored or bool(ok)
         return stored
 
-    def _write_tiers(
-        self,
-        text: str,
-        value: bytes,
-        kind: str,
-        since_ns: int | None,
-        own_marks: dict[str, str],
-        **options: Any,
-    ) -> tuple[bool, bool]:
-        """`put`'s tier writes: (stored by at least one tier, invalidated elsewhere).
+    # -- invalidation --------------------------------------------------------------------------
 
-        An answer with `since_ns` goes to the shared tiers first, each written only if no
-        process invalidated it since the lookup (`RedisTier.put_unless_invalidated`, checked
-        on the server, which dates the lookup on its own clock): if one was, nothing is
-        written.
-        In-process fences cannot see another process's invalidation until the feed brings it,
-        and a value written to Redis in that window would be served to every process."""
-        tiers: list[Tier] = self.tiers
-        guarded = since_ns is not None and kind in ANSWER_KINDS
-        if guarded:
-            tiers = sorted(self.tiers, key=lambda tier: not checks_tombstones(tier))
-        stored = False
-        for tier in tiers:
-            if tier.name not in self.write_through:  # an older promoted or demoted copy
-                if checks_tombstones(tier):  # cleared, not invalidated: no tombstone
-                    self._call(tier, "delete", tier.delete, text, mark=False)
-                else:
-                    self._call(tier, "delete", tier.delete, text)
-                continue
-            if guarded and checks_tombstones(tier):
-                assert since_ns is not None
-                # a semantic bucket is read, extended and written back: from this process's
-                # tiers, current only up to the feed's last catch-up
-                outcome = self._guarded_put(
-                    tier, text, value, options["ttl_s"], since_ns,
-                    read_here=kind == "semantic", own_mark=own_marks.get(tier.name, ""),
-                )  # fmt: skip
-                if outcome == "invalidated":
-                    return False, True
-                ok = outcome == "stored"
-            else:
-                ok = self._call(tier, "put", tier.put, text, value, **options)
-            self.metrics.writes.labels(tier.name, kind, "stored" if ok else "refused").inc()
-            stored = stored or bool(ok)  # a refusing tier drops its older value (`Tier.put`)
-        return stored, False
+    def invalidate(
+        self,
+        key: CacheKey | str,
+        refill: Callable[[], bytes | None] | None = None,
+        *,
+        template: str | None = None,
+        **put_options: Any,
+    ) -> Future[bool] | None:
+        """No process serves `key`'s current answer once this returns; if `refill` is given,
+        it is recomputed under the new generation and stored in the background (the future
+        says whether it was; an invalidation meanwhile supersedes it). For an immutable kind
+        (KV page, embedding) this is a delete.
+
+        Raises:
+            GenerationsUnavailable: Redis could not take the increment: nothing was
+                invalidated, and the caller must retry."""
+        text = str(_string(key))
+        self.delete(text)
+        if refill is None:
+            return None
+
+        def run() -> bool:
+            try:
+                stamp = self.lookup(text, template=template).generations  # before computing
+                value = refill()
+            except Exception:
+                self.metrics.refills.labels("failed").inc()
+                return False
+            if value is None:
+                self.metrics.refills.labels("empty").inc()
+                return False
+            options = {"template": template, "generations": stamp, **put_options}
+            stored = stamp is not None and self.put(text, value, **options)
+            self.metrics.refills.labels("stored" if stored else "refused").inc()
+            return stored
+
+        return self._refills.submit(run)
+
+    def delete(self, key: CacheKey | str) -> bool:
+        """`invalidate` without a refill; whether a tier held a copy. The copies are deleted
+        too, to free their space (an answer's would never be served again anyway)."""
+        text = str(_string(key))
+        if key_kind(text) in ANSWER_KINDS:
+            self.generations.bump(("key", text))
+        with self._renew_lock:
+            self._renew.pop(text, None)
+        return any([self._call(t, "delete", t.delete, text) for t in self.tiers])
+
+    def invalidate_template(self, tenant: str, template: str | None) -> None:
+        """Every answer of `tenant` stored with `template` (None: untemplated) misses from now
+        on, in every process. Raises `GenerationsUnavailable` as `invalidate` does."""
+        self.generations.bump(template_counter(tenant, template))
+
+    def invalidate_tenant(self, tenant: str) -> None:
+        """Every answer of `tenant` misses from now on; KV pages and embeddings stay."""
+        self.generations.bump(tenant_counter(tenant))
+
+    def is_current(self, key: str, stamp: Stamp, template: str | None = None) -> bool:
+        """Whether the answer `key` computed under `stamp` is still valid: for an answer found
+        another way (a semantic entry names the exact answer it came from)."""
+        current, _ = self._read(AnswerScope.of(key, template))
+        return current is not None and current == stamp
 
     # -- lookups by key kind -------------------------------------------------------------------
 
@@ -282,7 +337,7 @@ class HybridCache(Invalidation):
 
     def get_semantic(self, key: SemanticKey, verify: Callable[[bytes], bool]) -> bytes | None:
         """A semantic hit only if `verify(value)` accepts it (the caller checks the stored
-        prompt's similarity, issue 6): an unverified near-match is never returned."""
+        prompt's similarity): an unverified near-match is never returned."""
         value = self.get(key)
         if value is None:
             return None
@@ -305,7 +360,7 @@ class HybridCache(Invalidation):
     def cool(self, keys: Sequence[CacheKey | str]) -> int:
         """ "This conversation ended": its entries become the first to go in tiers with an
         eviction policy (they stay usable until then). Returns how many were found."""
-        texts = [k if isinstance(k, str) else k.to_string() for k in keys]
+        texts = [str(_string(k)) for k in keys]
         cooled = 0
         for tier in self.tiers:
             if hasattr(tier, "cool"):
@@ -321,6 +376,32 @@ class HybridCache(Invalidation):
 
     # -- housekeeping --------------------------------------------------------------------------
 
+    def health(self) -> dict[str, str]:
+        """Degraded components and why (empty when all is well), cheap enough for every
+        health probe: the generations (answers miss while they cannot be read; a live probe)
+        and each tier that failed a call in the last `_RECENT_ERROR_S` seconds."""
+        problems: dict[str, str] = {}
+        reason = self.generations.problem()
+        if reason is not None:
+            problems["generations"] = f"{reason}; answers miss until it is back"
+        now = time.monotonic()
+        for name, (when, what) in list(self._last_errors.items()):
+            if now - when <= _RECENT_ERROR_S:
+                problems[name] = f"{what} failed {now - when:.1f}s ago; served by the other tiers"
+        for component in ("generations", *(t.name for t in self.tiers)):
+            self.metrics.degraded.labels(component).set(int(component in problems))
+        return problems
+
+    def check(self) -> dict[str, str]:
+        """`health()` and each tier's full `check()` (indexes against data: slow on a big
+        SSD tier, for operators and tests, not for probes)."""
+        problems = self.health()
+        for tier in self.tiers:
+            found = self._call(tier, "check", tier.check, on_error=["check raised"])
+            if found:
+                problems[tier.name] = "; ".join([problems.get(tier.name, ""), *found]).lstrip("; ")
+        return problems
+
     def refresh_gauges(self) -> None:
         for tier in self.tiers:
             stats = self._call(tier, "stats", tier.stats)
@@ -329,8 +410,6 @@ class HybridCache(Invalidation):
                 self.metrics.evictions.labels(tier.name).set(stats.evictions)
 
     def close(self) -> None:
-        if self._feed is not None:
-            self._feed.close()
         self._refills.shutdown(wait=True)
         for tier in self.tiers:
             self._call(tier, "close", tier.close)
@@ -340,45 +419,13 @@ class HybridCache(Invalidation):
             return self._renew.get(key)
 
     def _demoter(self, lower: Tier) -> Callable[[str, bytes, float | None, int | None], None]:
-        def demote(
-            key: str, value: bytes, ttl_left_s: float | None, written_ns: int | None
-        ) -> None:
+        def demote(key: str, value: bytes, ttl_left_s: float | None, _written: int | None) -> None:
             if ttl_left_s is not None and ttl_left_s <= 0:
                 return
-            if (
-                self._feed is not None
-                and key_kind(key) in ANSWER_KINDS
-                and not self._feed.healthy()
-            ):
-                return  # it may have been invalidated unheard: not carried to a tier others read
-            with self._copy_lock:
-                if written_ns is not None and self._fences.stale(key, written_ns):
-                    return  # written again or deleted after this value was written: stale
-                if self._copy_into(lower, key, value, ttl_left_s, written_ns):
-                    self.metrics.demotions.labels(lower.name).inc()
+            if self._call(lower, "put", lower.put, key, value, ttl_s=ttl_left_s):
+                self.metrics.demotions.labels(lower.name).inc()
 
         return demote
-
-    def _copy_into(
-        self,
-        tier: Tier,
-        key: str,
-        value: bytes,
-        ttl: float | None,
-        since_ns: int | None,
-        parent: str | None = None,
-    ) -> bool:
-        """A promotion's or demotion's write. An answer going into a tier that keeps tombstones
-        (Redis) is written only if no process invalidated it since `since_ns` (when the value
-        was read or written here), nor since this process's own tiers last caught up with the
-        others' deletes (the feed), whichever is earlier: an evicted answer must not carry an
-        old value back into Redis, even when the invalidation's publish is late. Copies
-        without a time go as ever."""
-        if since_ns is not None and key_kind(key) in ANSWER_KINDS and checks_tombstones(tier):
-            own_mark = tier.own_mark(key, since_ns)  # type: ignore[attr-defined]
-            outcome = self._guarded_put(tier, key, value, ttl, since_ns, True, own_mark)
-            return outcome == "stored"
-        return bool(self._call(tier, "put", tier.put, key, value, ttl_s=ttl, parent=parent))
 
     def _call(
         self,
@@ -393,8 +440,9 @@ class HybridCache(Invalidation):
         started = time.perf_counter()
         try:
             return action(*args, **kwargs)
-        except Exception:  # a tier must never fail the request: count, then carry on
+        except Exception as error:  # a tier must never fail the request: count, carry on
             self.metrics.errors.labels(tier.name, op).inc()
+            self._last_errors[tier.name] = (time.monotonic(), f"{op} ({type(error).__name__})")
             return on_error
         finally:
             self.metrics.latency.labels(tier.name, op).observe(time.perf_counter() - started)

@@ -81,6 +81,33 @@ class ExactKey:
 
 
 @dataclass(frozen=True, slots=True)
+class EmbeddingKey:
+    """An embedding of exactly this text, by this encoder, for this tenant. Its own kind, not an
+    `ExactKey`: an embedding is a function of the text and the model, so it never goes stale and
+    needs no generation (`generations.py`), unlike an answer."""
+
+    tenant: str
+    model_id: str
+    text_digest: str
+    version: int = KEY_FORMAT_VERSION
+    kind: ClassVar[str] = "embedding"
+
+    @classmethod
+    def of(cls, tenant: str, model_id: str, text: str) -> EmbeddingKey:
+        digest = hashlib.blake2b(normalise_prompt(text).encode(), digest_size=16).hexdigest()
+        return cls(tenant, model_id, digest)
+
+    def to_string(self) -> str:
+        fields = (_enc(self.tenant), _enc(self.model_id), _enc(self.text_digest))
+        return _join(self.kind, self.version, fields)
+
+    @classmethod
+    def from_string(cls, text: str) -> EmbeddingKey:
+        version, (tenant, model, digest) = _split(text, cls.kind, 3)
+        return cls(unquote(tenant), unquote(model), unquote(digest), version)
+
+
+@dataclass(frozen=True, slots=True)
 class SemanticKey:
     """A bucket of similar prompts of one template: a hit still needs verification (issue 6)."""
 
@@ -161,9 +188,9 @@ class PrefixKey:
         return cls(unquote(tenant), unquote(model), int(depth), int(block_hash), int(root), version)
 
 
-CacheKey = ExactKey | SemanticKey | PrefixKey
-_KINDS: dict[str, type[ExactKey] | type[SemanticKey] | type[PrefixKey]] = {
-    k.kind: k for k in (ExactKey, SemanticKey, PrefixKey)
+CacheKey = ExactKey | EmbeddingKey | SemanticKey | PrefixKey
+_KINDS: dict[str, type[ExactKey] | type[EmbeddingKey] | type[SemanticKey] | type[PrefixKey]] = {
+    k.kind: k for k in (ExactKey, EmbeddingKey, SemanticKey, PrefixKey)
 }
 
 

@@ -12,7 +12,9 @@ _LATENCY_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.
 
 
 class CacheMetrics:
-    """Counters by tier and key kind (exact / semantic / prefix / other)."""
+    """Counters by tier and key kind (exact / semantic / prefix / embedding / other). Lookups
+    with tier=generations result=unvalidated: answers that missed as their generations could not
+    be read; result=stale: a copy stored before an invalidation, dropped."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
@@ -23,8 +25,9 @@ class CacheMetrics:
         )  # fmt: skip
         self.writes = Counter(
             "preheat_cache_writes",
-            "Values written to a tier (stored or refused); tier=all result=superseded: a put"
-            " whose key was invalidated or written since the caller's lookup, not written.",
+            "Values written to a tier (stored or refused); tier=all result=superseded: an answer"
+            " invalidated since the caller's lookup, not written; result=unvalidated: an answer"
+            " not written as its generations could not be read (Redis down).",
             ["tier", "kind", "result"], registry=r,
         )  # fmt: skip
         self.promotions = Counter(
@@ -49,6 +52,11 @@ class CacheMetrics:
         self.latency = Histogram(
             "preheat_cache_op_seconds", "Latency of one tier operation.", ["tier", "op"],
             buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.degraded = Gauge(
+            "preheat_cache_degraded",
+            "1 while a component is degraded (see `HybridCache.health`), else 0.",
+            ["component"], registry=r,
         )  # fmt: skip
         self.refills = Counter(
             "preheat_cache_refills", "Background refills after invalidation, by outcome.",

@@ -39,9 +39,6 @@ from cache_runtime.heat import DEFAULT_HALF_LIFE_S, decay_rate, score
 from cache_runtime.tiers.base import EvictionCallback, TierStats
 from cache_runtime.tiers.ssd_index import bump_heat, create_heat_index
 from cache_runtime.tiers.ssd_records import HEADER_BYTES, new_write_id, pack, unpack, write_id_of
-from cache_runtime.tiers.suspects import SuspectKeys
-
-_SUSPECT_RETRY_S = 1.0  # how often the drops of suspect keys are retried (`SuspectKeys`)
 
 
 class SSDTier:
@@ -72,10 +69,6 @@ class SSDTier:
             str(self._dir / "data"),
             eviction_policy="none", size_limit=2**62, cull_limit=0, timeout=lock_timeout_s,
         )  # fmt: skip
-        # Keys whose old value could not be dropped (a refused or failed put, a failed delete,
-        # the disk or the lock failing too): absent here until one transaction dropping them
-        # gets through (see `SuspectKeys`)
-        self._suspects = SuspectKeys(self._drop_all, _SUSPECT_RETRY_S, batch=1000)
         self._index_path = self._dir / "heat.sqlite"
         self._local = threading.local()
         self._stats = TierStats(capacity_bytes=capacity_bytes)
@@ -105,9 +98,6 @@ class SSDTier:
         """Lock-free when data and row agree (the common hit and miss): record first, then row,
         and serve only a record of the row's write, so a write landing between the two reads
         costs a second look under the lock, never a wrong answer."""
-        if self._suspects and self._suspects.holds(key):
-            self._count(misses=1)
-            return None
         try:
             now = self._clock()
             stored = self._data.get(key, default=None, retry=True)
@@ -193,11 +183,9 @@ class SSDTier:
                 )  # fmt: skip
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
-            self._suspects.add([key])  # dropped later: a second wait for the lock would double it
             return False
         finally:
             self._demote(demotions)  # after the commit: the next tier may be slow
-        self._suspects.discard(key)  # its own write replaced whatever was left
         return True
 
     def _demote(self, demotions: list[tuple[str, bytes, float | None, int | None]]) -> None:
@@ -218,14 +206,10 @@ class SSDTier:
                 self._drop_locked(db, key)
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
-            self._suspects.add([key])
             return False
-        self._suspects.discard(key)
         return bool(present and present[0])
 
     def ttl_left(self, key: str) -> float | None:
-        if self._suspects and self._suspects.holds(key):
-            return 0.0
         entry = self._indexed_expiry(key)
         if entry is None:
             return 0.0
@@ -234,8 +218,6 @@ class SSDTier:
 
     def touch(self, key: str, ttl_s: float | None) -> bool:
         """Renew a live entry only: one whose TTL has passed is gone, even if not yet dropped."""
-        if self._suspects and self._suspects.holds(key):
-            return False
         now = self._clock()
         expires = None if ttl_s is None else now + ttl_s
         try:
@@ -253,8 +235,6 @@ class SSDTier:
     def contains(self, key: str) -> bool:
         """Whether a get would hit, checksum aside: the record's write id is read, not its
         value (a large value's file is opened for its first bytes only)."""
-        if self._suspects and self._suspects.holds(key):
-            return False
         entry = self._indexed_expiry(key)
         if entry is None:
             return False
@@ -420,10 +400,9 @@ class SSDTier:
         self._data.delete(key, retry=True)
 
     def _discard(self, key: str) -> None:
-        """Drop `key` after a refused put; if that fails too, the key is a suspect (reads as
-        absent here) until a later drop gets through."""
-        if not self._drop_all([key]):
-            self._suspects.add([key])
+        """Drop `key` after a refused put (best effort: an older copy left behind is of an
+        immutable kind, or an answer whose stamp decides whether it is served)."""
+        self._drop_all([key])
 
     def _drop_all(self, keys: list[str]) -> bool:
         """Drop `keys` in one transaction (one wait for the lock, whatever their number);

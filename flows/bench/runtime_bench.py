@@ -5,8 +5,8 @@
 - SSD tier get latency p50/p99 for 4 KiB values (the goal: p99 under 1 ms);
 - Redis tier pipelined writes/s next to a raw redis-py pipeline and `redis-benchmark -P 16` SETs
   of the same keys and values against the same server (redis-benchmark only where installed);
-- a delete's way to another replica's memory tier next to one Redis pub/sub message
-  (`invalidation_bench.py`).
+- an answer lookup (generations and value in one pipelined round trip) and a KV-page lookup
+  through `HybridCache` next to a plain Redis GET of the same value (`lookup_bench.py`).
 """
 
 from __future__ import annotations
@@ -277,12 +277,12 @@ def bench_redis(
 
 
 def bench_runtime(redis_url: str | None = None) -> dict[str, Any]:
-    from flows.bench.invalidation_bench import bench_invalidation
+    from flows.bench.lookup_bench import bench_lookups
 
     return {
         "memory": bench_memory(),
         "memory_zipf": bench_memory(distribution="zipf"),
         "ssd": bench_ssd(),
         "redis": bench_redis(redis_url),
-        "invalidation": bench_invalidation(redis_url),
+        "lookups": bench_lookups(redis_url),
     }

@@ -92,9 +92,9 @@ class Chain:
         text_key = key.to_string()
         with self.tracer.start_as_current_span("cache.lookup") as span:
             self.signals.lookup("exact")
-            looked_up_ns = time.monotonic_ns()  # an invalidation after this supersedes the answer
-            value, tier = self.cache.get_with_tier(text_key)
-            answer = _text(value)
+            # the generations read here are what the answer computed after a miss is stored with
+            found = self.cache.lookup(text_key, template=template)
+            answer, tier = _text(found.value), found.tier
             hit = answer is not None and tier is not None
             _lookup_attributes(span, "exact", tier if hit else None)
         if answer is not None and tier is not None:
@@ -107,8 +107,11 @@ class Chain:
             return self._from_cache(job, found.text, cached, f"semantic-{found.tier}",
                                     text_key, template)  # fmt: skip
         done, seconds = self._generate(job, self.cache, tenant)
-        self.cache.put(text_key, done.text.encode(), ttl_s=self.ttl_s, since_ns=looked_up_ns)
-        self._semantic_store(tenant, key.model_id, job, template, done, looked_up_ns)
+        if found.generations is not None:  # else Redis is down: answers cannot be validated
+            self.cache.put(text_key, done.text.encode(), ttl_s=self.ttl_s, template=template,
+                           generations=found.generations)  # fmt: skip
+            self._semantic_store(tenant, key.model_id, job, template, done,
+                                 (text_key, found.generations))  # fmt: skip
         return self._from_model(done, seconds, text_key, template)
 
     # -- pieces -------------------------------------------------------------------------------
@@ -161,15 +164,17 @@ class Chain:
         job: Job,
         template: str | None,
         done: Generation,
-        looked_up_ns: int,
+        exact: tuple[str, bytes],
     ) -> None:
+        """A semantic entry pointing at the exact answer (`exact`: its key and generations),
+        which it is served only as long as that answer would be."""
         if self.semantic is None or job.question is None:
             return
         try:
             answer = (done.text, done.finish_reason, done.completion_tokens)
-            tag, model_id = f"{variant}#{job.context}", self.runner.model_id
+            tag = f"{variant}#{job.context}"
             self.semantic.store(
-                tenant, model_id, tag, job.question, template, answer, since_ns=looked_up_ns
+                tenant, self.runner.model_id, tag, job.question, template, answer, exact
             )
         except Exception:
             log.exception("semantic store failed")

@@ -1,7 +1,7 @@
 """`/v1/embeddings` with MiniLM, each input's vector cached per tenant.
 
 Vectors are stored exactly as warm-up stores them (`flows.warmup.execute._embed_all`): the
-float32 little-endian bytes under `ExactKey(tenant, "all-minilm-l6-v2", text)`, so a warmed
+float32 little-endian bytes under `EmbeddingKey(tenant, "all-minilm-l6-v2", text)`, so a warmed
 embedding is a hit here. Inputs that miss are embedded in one encoder call. A cached value of the
 wrong size (another model's, a torn write) is treated as a miss and overwritten.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from opentelemetry import trace
 
-from cache_runtime.keys import ExactKey
+from cache_runtime.keys import EmbeddingKey
 from flows.warmup.execute import EMBEDDING_MODEL_ID
 from models.templates.embeddings import DIMENSIONS
 
@@ -79,7 +79,7 @@ class EmbeddingService:
     def embed(self, tenant: str, texts: list[str], use_cache: bool) -> Embedded:
         vectors = np.zeros((len(texts), DIMENSIONS), dtype="<f4")
         outcomes = ["bypass" if not use_cache else "miss"] * len(texts)
-        keys = [ExactKey.of(tenant, EMBEDDING_MODEL_ID, t) for t in texts]
+        keys = [EmbeddingKey.of(tenant, EMBEDDING_MODEL_ID, t) for t in texts]
         missing = list(range(len(texts)))
         if use_cache:
             missing = self._lookup(keys, vectors, outcomes)
@@ -95,7 +95,9 @@ class EmbeddingService:
                     self.cache.put(keys[i], fresh[row].tobytes())
         return Embedded(vectors, outcomes, self.count(texts), encode_s)
 
-    def _lookup(self, keys: list[ExactKey], vectors: np.ndarray, outcomes: list[str]) -> list[int]:
+    def _lookup(
+        self, keys: list[EmbeddingKey], vectors: np.ndarray, outcomes: list[str]
+    ) -> list[int]:
         """Fill `vectors` and `outcomes` for the inputs held; returns the rows that missed.
         One `cache.lookup` span for the batch (its hits and inputs)."""
         missing = []

@@ -107,9 +107,10 @@ class EmbeddingRequest(BaseModel):
 
 
 class InvalidateRequest(BaseModel):
-    """Drop one tenant's cached answers: one entry by its key string, everything a request's
-    answer could be served from (`request`: its body, as the client sent it), or a template's
-    semantic entries."""
+    """Invalidate one tenant's cached answers: one answer by its key string (`x-preheat-key`),
+    a request's answer (`request`: its body, as the client sent it), every answer of a
+    template, or (`all: true`) every answer of the tenant. Each way reaches the answer by every
+    path: exact, and the semantic entries of paraphrases that point at it."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -117,11 +118,13 @@ class InvalidateRequest(BaseModel):
     key: str | None = None
     request: dict[str, Any] | None = None
     template_id: str | None = Field(None, min_length=1)
+    all: bool | None = None
 
     def what(self) -> str:
-        given = [n for n in ("key", "request", "template_id") if getattr(self, n) is not None]
+        names = ("key", "request", "template_id", "all")
+        given = [n for n in names if getattr(self, n) not in (None, False)]
         if len(given) != 1:
-            raise bad_request("give exactly one of key, request, template_id")
+            raise bad_request("give exactly one of key, request, template_id, all")
         return given[0]
 
 

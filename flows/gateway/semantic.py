@@ -17,9 +17,10 @@ what they carry:
   pieces, and in a long text a short distinctive part barely moves the embedding (measured: a
   65-piece instruction and the same with " And for acme?" appended score above 0.89).
 - **Tier** the store records which tier answered the verified probe, for the response header.
-- **Invalidation** a template: all `2**BUCKET_BITS` buckets of its namespace; a prompt: every
-  bucket a lookup of it would probe (whole buckets: dropping a neighbour's entry too costs a
-  miss, keeping a stale one could serve it).
+- **Validity** each entry names the exact answer it was stored beside (its key and the
+  generations that answer was computed under) and is served only while those are current
+  (`HybridCache.is_current`): invalidating the answer by key, by request, by template or by
+  tenant removes every way to it, paraphrases included, with no bucket to find and delete.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from typing import TYPE_CHECKING
 import orjson
 
 from cache_runtime.keys import SemanticKey
-from models.templates.semantic import BUCKET_BITS, PROBES, normalise, probe_buckets
 from models.templates.semantic_cache import SemanticCache
 
 if TYPE_CHECKING:
@@ -46,29 +46,35 @@ DEFAULT_MAX_TOKENS = 64
 
 class TierTrackingStore:
     """A `BucketStore` over a `HybridCache` that remembers which tier held the verified bucket.
-    One per lookup: it is the lookup's own record, never shared between threads.
+    One per lookup: it is the lookup's own record, never shared between threads. Buckets are
+    answers of the prompt's template (`template`: their generation scope)."""
 
-    `since_ns`: when the answer being stored was looked up (`HybridCache.put`): a bucket
-    invalidated after it, here or in another process, is not written back."""
-
-    def __init__(self, cache: HybridCache, since_ns: int | None = None) -> None:
+    def __init__(self, cache: HybridCache, template: str | None) -> None:
         self.cache = cache
-        self.since_ns = since_ns
+        self.template = template
         self.tier: str | None = None
+        self._read: dict[str, bytes | None] = {}  # bucket -> the generations its read saw
 
     def get(self, key: SemanticKey) -> bytes | None:
-        return self.cache.get(key)
+        found = self.cache.lookup(key, template=self.template)
+        self._read[key.to_string()] = found.generations
+        return found.value
 
     def put(self, key: SemanticKey, value: bytes, *, ttl_s: float | None = None) -> bool:
-        return self.cache.put(key, value, ttl_s=ttl_s, since_ns=self.since_ns)
+        """Written back only under the generations its read saw (a bucket invalidated since
+        is not): the read-extend-write of `SemanticCache.put`."""
+        stamp = self._read.get(key.to_string())
+        if stamp is None:
+            return False
+        return self.cache.put(key, value, ttl_s=ttl_s, template=self.template, generations=stamp)
 
     def get_semantic(self, key: SemanticKey, verify: Callable[[bytes], bool]) -> bytes | None:
-        value, tier = self.cache.get_with_tier(key)
-        if value is None:
+        found = self.cache.lookup(key, template=self.template)
+        if found.value is None:
             return None
-        if verify(value):
-            self.tier = tier
-            return value
+        if verify(found.value):
+            self.tier = found.tier
+            return found.value
         self.cache.metrics.lookups.labels("verify", "semantic", "rejected").inc()
         return None
 
@@ -120,7 +126,7 @@ class SemanticLayer:
         """A verified answer stored under the same tag (variant and context), or None."""
         if not self.comparable(prompt):
             return None
-        store = TierTrackingStore(self.cache)
+        store = TierTrackingStore(self.cache, template)
         hit = self._cache(store).lookup(tenant, self.namespace(template, model_id), prompt)
         if hit is None or store.tier is None:
             return None
@@ -128,6 +134,9 @@ class SemanticLayer:
             entry = orjson.loads(hit.response)
             if entry["tag"] != tag:
                 return None  # a neighbour answered with other parameters or context
+            exact, stamp = str(entry["key"]), str(entry["generations"]).encode()
+            if not self.cache.is_current(exact, stamp, template):
+                return None  # the answer it was stored beside was invalidated since
             return SemanticAnswer(
                 str(entry["text"]), str(entry["finish_reason"]), int(entry["completion_tokens"]),
                 store.tier, hit.similarity,
@@ -143,33 +152,16 @@ class SemanticLayer:
         prompt: str,
         template: str | None,
         answer: tuple[str, str, int],
-        since_ns: int | None = None,
+        exact: tuple[str, bytes],
     ) -> None:
-        """Store (text, finish_reason, completion_tokens) for `prompt` (if comparable).
-        `since_ns`: `time.monotonic_ns()` of the lookup the answer follows; its bucket is read,
-        extended and written back, and the write is refused if the bucket was invalidated
-        since (by this process or another), so an invalidated entry is never written back."""
+        """Store (text, finish_reason, completion_tokens) for `prompt` (if comparable), beside
+        the exact answer `exact` (its key, and the generations it was computed under): the
+        entry is served only while that answer would be."""
         if not self.comparable(prompt):
             return
         text, finish, tokens = answer
-        entry = {"tag": tag, "text": text, "finish_reason": finish,
-                 "completion_tokens": tokens}  # fmt: skip
-        store = TierTrackingStore(self.cache, since_ns)
+        entry = {"tag": tag, "text": text, "finish_reason": finish, "completion_tokens": tokens,
+                 "key": exact[0], "generations": exact[1].decode()}  # fmt: skip
+        store = TierTrackingStore(self.cache, template)
         namespace = self.namespace(template, model_id)
         self._cache(store).put(tenant, namespace, prompt, orjson.dumps(entry).decode())
-
-    def invalidate_template(self, tenant: str, model_id: str, template: str) -> int:
-        """Delete every bucket of the template's namespace; how many held something."""
-        namespace = self.namespace(template, model_id)
-        shift = 64 - BUCKET_BITS
-        keys = [SemanticKey(tenant, namespace, b << shift) for b in range(2**BUCKET_BITS)]
-        return sum(bool(self.cache.delete(k)) for k in keys)
-
-    def invalidate_prompt(
-        self, tenant: str, model_id: str, prompt: str, template: str | None
-    ) -> int:
-        """Delete every bucket a lookup of `prompt` would probe; how many held something."""
-        vector = self.embedder.embed([normalise(prompt)])[0]
-        namespace = self.namespace(template, model_id)
-        buckets = probe_buckets(vector, BUCKET_BITS, PROBES)
-        return sum(bool(self.cache.delete(SemanticKey(tenant, namespace, b))) for b in buckets)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
+from cache_runtime.generations import GenerationsUnavailable
 from cache_runtime.keys import parse_key
 from flows.gateway.auth import KeyRing, Principal, bearer
 from flows.gateway.chain import Chain, Served
@@ -196,26 +197,40 @@ class Gateway:
     # -- admin ---------------------------------------------------------------------------------
 
     def invalidate(self, body: InvalidateRequest) -> dict[str, Any]:
-        """Drop one tenant's entries (see `InvalidateRequest`); says how many were held."""
+        """Invalidate one tenant's answers (see `InvalidateRequest`): when this returns, no
+        process serves them, exact or semantic. `held`: whether a tier of this node held the
+        exact answer (key and request). 503 when Redis cannot take the invalidation (nothing
+        was invalidated: retry)."""
         tenant = body.tenant
         if tenant not in self.keys.tenants:
             raise bad_request(f"unknown tenant {tenant!r}", "tenant")
         what = body.what()
-        semantic = self.chain.semantic
-        model_id = self.chain.runner.model_id
-        if what == "key":
-            try:
-                key = parse_key(str(body.key))
-            except ValueError as error:
-                raise bad_request(str(error), "key") from None
-            if key.tenant != tenant:
-                raise bad_request("the key belongs to another tenant", "key")
-            return {"tenant": tenant, "exact": int(self.cache.delete(key)), "semantic": 0}
-        if what == "template_id":
-            found = semantic.invalidate_template(tenant, model_id, str(body.template_id)) if (
-                semantic is not None
-            ) else 0  # fmt: skip
-            return {"tenant": tenant, "exact": 0, "semantic": found}
+        result: dict[str, Any] = {"tenant": tenant, "invalidated": what}
+        try:
+            if what == "template_id":
+                self.cache.invalidate_template(tenant, str(body.template_id))
+            elif what == "all":
+                self.cache.invalidate_tenant(tenant)
+            else:
+                key = self._key_of(tenant, body) if what == "key" else self._request_key(body)
+                result |= {"key": key, "held": bool(self.cache.delete(key))}
+        except GenerationsUnavailable as error:
+            raise GatewayError(503, str(error), "service_unavailable") from None
+        return result
+
+    def _key_of(self, tenant: str, body: InvalidateRequest) -> str:
+        try:
+            key = parse_key(str(body.key))
+        except ValueError as error:
+            raise bad_request(str(error), "key") from None
+        if key.tenant != tenant:
+            raise bad_request("the key belongs to another tenant", "key")
+        if key.kind not in ("exact", "semantic"):
+            raise bad_request("only answers (exact or semantic keys) can be invalidated", "key")
+        return key.to_string()
+
+    def _request_key(self, body: InvalidateRequest) -> str:
+        """The exact key the request's answer is stored under."""
         request = {"model": self.served_model, **(body.request or {})}
         try:
             parsed: GenerationRequest = (
@@ -225,13 +240,7 @@ class Gateway:
         except ValueError as error:
             raise bad_request(f"request: {' '.join(str(error).split())[:300]}") from None
         route = "chat" if isinstance(parsed, ChatRequest) else "completions"
-        job = self.job(route, parsed)
-        exact = self.cache.delete(self.chain.exact_key(tenant, job))
-        found = 0
-        if semantic is not None and job.question is not None:
-            template = semantic.template_of(tenant, job.text)
-            found = semantic.invalidate_prompt(tenant, model_id, job.question, template)
-        return {"tenant": tenant, "exact": int(exact), "semantic": found}
+        return self.chain.exact_key(body.tenant, self.job(route, parsed)).to_string()
 
     def close(self) -> None:
         for close in reversed(self.closers):

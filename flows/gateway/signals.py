@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from cache_runtime.keys import ExactKey
+from cache_runtime.keys import EmbeddingKey
 from flows.gateway.forecast_error import ForecastError, demand_key, first_block_hash
 from flows.gateway.metrics import GatewayMetrics, Samples, tenant_label
 from flows.gateway.savings import Roi, Savings
@@ -146,7 +146,7 @@ class Signals:
             if outcome == "bypass":
                 continue
             self.lookup("embedding")
-            key = ExactKey.of(tenant, EMBEDDING_MODEL_ID, text).to_string()
+            key = EmbeddingKey.of(tenant, EMBEDDING_MODEL_ID, text).to_string()
             if outcome.startswith("exact-"):
                 self.hit(outcome.removeprefix("exact-"), "embedding")
                 writer = self.ledgers.exact_writer(key) if self.ledgers else "traffic"

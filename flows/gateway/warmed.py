@@ -11,7 +11,7 @@ this gateway's model and derives the keys they wrote:
 
 - a `response` item: its `ExactKey(tenant, model, text)` and the KV pages of its text;
 - a `kv_prefix` item: the KV pages of its text (`PrefixKey` chain of 16-token pages);
-- an `embedding` item: its `ExactKey(tenant, "all-minilm-l6-v2", text)`.
+- an `embedding` item: its `EmbeddingKey(tenant, "all-minilm-l6-v2", text)`.
 
 An entry counts as warm-up's until traffic rewrites it: the gateway stores an answer only after
 a miss (so warm-up's entry was gone), and a prefill stores only pages it did not find. Pages are
@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from cache_runtime.keys import ExactKey
+from cache_runtime.keys import EmbeddingKey, ExactKey
 from cache_runtime.kv_pages import PAGE_TOKENS, page_keys
 from flows.warmup.execute import EMBEDDING_MODEL_ID
 
@@ -112,7 +112,7 @@ class WarmupLedgers:
         if kind == "response":
             exact = ExactKey.of(tenant, self.model_id, text).to_string()
         elif kind == "embedding":
-            exact = ExactKey.of(tenant, EMBEDDING_MODEL_ID, text).to_string()
+            exact = EmbeddingKey.of(tenant, EMBEDDING_MODEL_ID, text).to_string()
         pages: list[int] = []
         if kind in ("response", "kv_prefix"):
             ids = self._tokens(text)

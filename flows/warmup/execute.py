@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cache_runtime.keys import ExactKey
+from cache_runtime.keys import EmbeddingKey, ExactKey
 from cache_runtime.kv_pages import page_keys
 from flows.warmup.items import WarmItem, plan_id, resolve_items
 from models.llm.backends import WarmResult
@@ -88,13 +88,12 @@ def node_cache(
     process (a Prefect worker) cannot place anything in a serving process's memory, so what
     must outlive it goes to the tiers that do (SSD, Redis); the serving process promotes it
     into memory on first use. No Redis tier without a configured URL: a private Redis started
-    for the run would vanish with it. With Redis and a tier of its own, the process joins the
-    invalidation feed (`cache_runtime/invalidation.py`): deletes anywhere reach its memory and
-    SSD, and while it cannot hear of them it answers nothing from those two.
+    for the run would vanish with it. With Redis, answers are validated by its generation
+    counters, shared by every process (`cache_runtime/generations.py`); without, by this
+    process's own, so answers another process stored on the SSD miss here.
     """
     from cache_runtime.heat import decay_params_path, tuned_half_life_s
     from cache_runtime.hybrid import HybridCache
-    from cache_runtime.invalidation import InvalidationFeed
     from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
 
     tiers: list[Any] = []
@@ -105,24 +104,12 @@ def node_cache(
         # The SSD tier ranks by decayed access frequency: with the half-life `tune-decay` chose.
         half_life = tuned_half_life_s(decay_params_path(settings.data_dir))
         tiers.append(SSDTier(ssd_dir, ssd_bytes, half_life))
-    feed = None
     if settings.redis_url:
         client = redis_client(settings.redis_url, cluster=settings.redis_cluster)
         tiers.append(RedisTier(client, namespace=redis_namespace))
-        if len(tiers) > 1:  # tiers of this process's own, which other processes' deletes must reach
-            # blocking reads need a longer timeout than the tier's; publishing does not
-            reader = redis_client(
-                settings.redis_url, cluster=settings.redis_cluster, socket_timeout_s=5.0
-            )
-            feed = InvalidationFeed(
-                reader,
-                namespace=redis_namespace,
-                position_path=ssd_dir / "feed.position" if ssd_bytes > 0 else None,
-                publish_client=redis_client(settings.redis_url, cluster=settings.redis_cluster),
-            )
     if not tiers:
         raise ValueError("no cache tier: give memory or SSD bytes, or a Redis URL")
-    return HybridCache(tiers, feed=feed)
+    return HybridCache(tiers)
 
 
 # -- ledger -----------------------------------------------------------------------------------
@@ -265,7 +252,12 @@ class NullBackend:
     name = "null"
 
     def warm_prefix(
-        self, tenant: str, prompt: str, cache: HybridCache | None, store_response: bool = False
+        self,
+        tenant: str,
+        prompt: str,
+        cache: HybridCache | None,
+        store_response: bool = False,
+        template: str | None = None,
     ) -> WarmResult:
         return WarmResult(self.name, 0, 0, 0, 0.0, None, "none")
 
@@ -346,7 +338,7 @@ def _embed_all(
     seconds = (time.perf_counter() - started) / len(items)
     states = []
     for item, vector in zip(items, vectors, strict=True):
-        key = ExactKey.of(item.tenant, EMBEDDING_MODEL_ID, str(item.text))
+        key = EmbeddingKey.of(item.tenant, EMBEDDING_MODEL_ID, str(item.text))
         result = WarmResult("embedding", 0, 0, 0, seconds, None, "cpu")
         if cache.put(key, vector.tobytes()):
             ledger.finish(item, "done", result)

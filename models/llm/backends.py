@@ -71,8 +71,16 @@ class WarmupBackend(Protocol):
     name: str
 
     def warm_prefix(
-        self, tenant: str, prompt: str, cache: HybridCache | None, store_response: bool = False
-    ) -> WarmResult: ...
+        self,
+        tenant: str,
+        prompt: str,
+        cache: HybridCache | None,
+        store_response: bool = False,
+        template: str | None = None,
+    ) -> WarmResult:
+        """Prefill `prompt` into `cache`; with `store_response`, its greedy response too, as an
+        answer of `template` (its generation scope: the template the gateway assigns it)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -206,13 +214,20 @@ class HFBackend:
         return list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
     def warm_prefix(
-        self, tenant: str, prompt: str, cache: HybridCache | None, store_response: bool = False
+        self,
+        tenant: str,
+        prompt: str,
+        cache: HybridCache | None,
+        store_response: bool = False,
+        template: str | None = None,
     ) -> WarmResult:
         """Prefill `prompt` and store its new full KV pages; with `store_response`, also
         generate a short greedy response and store it (UTF-8 text) under the prompt's
-        `ExactKey`. A prompt longer than the context is cut to the context (its head: the
-        prefix is what is shared)."""
+        `ExactKey`, with the generations read before it was computed. A prompt longer than
+        the context is cut to the context (its head: the prefix is what is shared)."""
         started = time.perf_counter()
+        key = ExactKey.of(tenant, self.model_id, prompt)
+        stamp = _generations(cache, key, template) if store_response else None
         room = self.response_tokens if store_response else 0
         tokens = self.encode(prompt)[: self.context_tokens - room]
         if not tokens:
@@ -223,8 +238,8 @@ class HFBackend:
             if store_response:
                 ids, _ = self._generate(prefill, self.response_tokens, 0.0, None)
                 response = self.tokenizer.decode(ids, skip_special_tokens=True)
-        if response is not None and cache is not None:
-            cache.put(ExactKey.of(tenant, self.model_id, prompt), response.encode())
+        if response is not None and cache is not None and stamp is not None:
+            cache.put(key, response.encode(), template=template, generations=stamp)
         return WarmResult(
             self.name, len(tokens), prefill.pages_stored, prefill.cached_tokens,
             time.perf_counter() - started, response, self.device,
@@ -344,6 +359,12 @@ class HFBackend:
             self._cleanup = None
 
 
+def _generations(cache: HybridCache | None, key: ExactKey, template: str | None) -> bytes | None:
+    """The answer's generations before it is computed (None: no cache, or Redis is down and
+    the response cannot be stored): an invalidation meanwhile then supersedes it."""
+    return cache.lookup(key, template=template).generations if cache is not None else None
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     return re.sub(r"\s+", " ", text).strip()[:limit]
 
@@ -387,15 +408,23 @@ class OpenAICompatibleBackend:
         )
 
     def warm_prefix(
-        self, tenant: str, prompt: str, cache: HybridCache | None, store_response: bool = False
+        self,
+        tenant: str,
+        prompt: str,
+        cache: HybridCache | None,
+        store_response: bool = False,
+        template: str | None = None,
     ) -> WarmResult:
         """One completion request; with `store_response` (and a cache), its text is stored
-        under the prompt's `ExactKey` for the served model name.
+        under the prompt's `ExactKey` for the served model name, with the generations read
+        before the request was sent.
 
         Raises:
             BackendError: HTTP error status, timeout, connection failure or a malformed reply.
         """
         started = time.perf_counter()
+        key = ExactKey.of(tenant, self.model, prompt)
+        stamp = _generations(cache, key, template) if store_response else None
         max_tokens = self.response_tokens if store_response else 1
         body = {
             "model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
@@ -411,8 +440,8 @@ class OpenAICompatibleBackend:
             reason = f"malformed completion reply ({error!r})"
             raise BackendError(f"{self.base_url}: {reason}") from error
         response = text if store_response else None
-        if response is not None and cache is not None:
-            cache.put(ExactKey.of(tenant, self.model, prompt), response.encode())
+        if response is not None and cache is not None and stamp is not None:
+            cache.put(key, response.encode(), template=template, generations=stamp)
         seconds = time.perf_counter() - started
         return WarmResult(self.name, tokens, 0, cached, seconds, response, self.base_url)
 
