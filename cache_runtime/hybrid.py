@@ -36,7 +36,7 @@ from cache_runtime.generations import (
     template_counter,
     tenant_counter,
 )
-from cache_runtime.keys import CacheKey, ExactKey, PrefixKey, SemanticKey, parse_key
+from cache_runtime.keys import CacheKey, EmbeddingKey, ExactKey, PrefixKey, SemanticKey
 from cache_runtime.metrics import CacheMetrics
 from cache_runtime.sessions import TenantSessionPages
 from cache_runtime.tiers.base import Tier
@@ -44,6 +44,7 @@ from cache_runtime.tiers.base import Tier
 TtlMode = Literal["fixed", "renew"]
 _UNKNOWN = object()  # what a tier call that raised returns where None means something
 _STAMP_MAGIC = b"g1:"
+_KINDS = frozenset(k.kind for k in (ExactKey, EmbeddingKey, SemanticKey, PrefixKey))
 _RECENT_ERROR_S = 10.0  # a tier that failed a call this recently is reported degraded
 
 
@@ -70,10 +71,10 @@ def unstamped(raw: bytes, stamp: Stamp) -> bytes | None:
 
 
 def key_kind(key: str) -> str:
-    try:
-        return parse_key(key).kind
-    except ValueError:
-        return "other"
+    """The kind field of a cache key string ("other" for anything else), read off the string:
+    this runs on every lookup, where parsing the whole key cost more than a Redis GET's tenth."""
+    parts = key.split("|", 3)
+    return parts[2] if len(parts) == 4 and parts[0] == "ph" and parts[2] in _KINDS else "other"
 
 
 def _string(key: CacheKey | str | None) -> str | None:

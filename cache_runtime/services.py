@@ -94,6 +94,11 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (for tests that kill it as an OOM killer would)."""
+        return self._process.pid if self._process is not None else None
+
     def start(self) -> RedisServer:
         binary = find_redis_server()
         self._workdir = tempfile.TemporaryDirectory(prefix="preheat-redis-")

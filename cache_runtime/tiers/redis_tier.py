@@ -79,7 +79,8 @@ class RedisTier:
         """`<namespace>:<tenant>:<key>`; KV pages get a `{<chain root>}` hash tag so that every
         page of one prefix chain lives on one Redis Cluster slot. On a cluster, answers (exact,
         semantic) get the tag `{<key>}`, so that their generation counter shares their slot;
-        the key's fields are percent-encoded, so no brace of its own can end the tag early. Standalone, they keep their untagged names (no slots to share).
+        the key's fields are percent-encoded, so no brace of its own can end the tag early.
+        Standalone, they keep their untagged names (no slots to share).
 
         Read straight off the key string rather than parsed: the tenant field is already
         percent-encoded (no ':' or braces can appear in it), and a prefix key's last field is

@@ -4,6 +4,8 @@ Against the same server and the same 1 KiB value, interleaved round by round (a 
 machine moves by half with its neighbours' load, so each figure is the median of its rounds):
 
 - `redis_get`: one redis-py GET of the value, the floor of any lookup that reaches Redis;
+- `redis_mget_4`: one redis-py MGET of the value and three small keys: the floor of a lookup
+  that reads three counters beside the value in one round trip;
 - `answer_from_redis`: an exact answer found in Redis through a cache whose only tier is Redis:
   its three generation counters and the value in one pipelined round trip;
 - `answer_from_memory`: the same answer held in the memory tier above Redis: the counters'
@@ -51,8 +53,11 @@ def bench_lookups(
         assert redis_only.put(answer, value) and redis_only.put(page, value)
         assert layered.put(answer, value)
         raw_name = RedisTier(client, namespace="bench-lookups").redis_key(page)
+        counters = [f"bench-lookups:gen:c{i}" for i in range(3)]
+        client.mset({name: "4001953625082658942" for name in counters})
         checks = {
             "redis_get": lambda: client.get(raw_name),
+            "redis_mget_4": lambda: client.mget([*counters, raw_name]),
             "answer_from_redis": lambda: redis_only.get(answer),
             "answer_from_memory": lambda: layered.get(answer),
             "kv_page_from_redis": lambda: redis_only.get(page),
@@ -63,6 +68,7 @@ def bench_lookups(
         for _ in range(rounds):
             for name, call in checks.items():
                 runs[name].append(_p50_us(call, lookups))
+        client.delete(*counters)
         redis_only.close()
         layered.close()
     p50 = {name: round(statistics.median(values), 1) for name, values in runs.items()}

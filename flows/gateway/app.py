@@ -209,7 +209,11 @@ def _other_routes(app: FastAPI, gateway: Gateway) -> None:
 
     @app.get("/healthz")
     async def healthz() -> Response:
-        return _json({"status": "ok", "model": gateway.served_model})
+        """`ok`, or `degraded` with each degraded component and why (still serving: answers
+        miss while Redis is down, KV pages and embeddings keep hitting)."""
+        problems = await run_in_threadpool(gateway.cache.health)
+        status = "degraded" if problems else "ok"
+        return _json({"status": status, "model": gateway.served_model, "degraded": problems})
 
     @app.get("/metrics")
     def metrics() -> Response:

@@ -30,10 +30,13 @@ from cache_runtime.keys import ExactKey
 from flows.gateway.validity import response_model_id
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from cache_runtime.hybrid import HybridCache
     from flows.gateway.runners import Generation, Job, Runner
     from flows.gateway.semantic import SemanticAnswer, SemanticLayer
     from flows.gateway.signals import Signals
+    from models.templates.mined import MinedTemplates
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,8 @@ class Chain:
     semantic: SemanticLayer | None = None
     ttl_s: float | None = None  # of stored responses
     tracer: trace.Tracer = field(default_factory=trace.NoOpTracer)
+    # tenant -> its mined templates' assigner: an answer's template (`_template`)
+    templates: Mapping[str, MinedTemplates] = field(default_factory=dict)
 
     def exact_key(self, tenant: str, job: Job) -> ExactKey:
         model = response_model_id(self.runner.model_id, job.decoding, job.route, self.upstream)
@@ -93,8 +98,8 @@ class Chain:
         with self.tracer.start_as_current_span("cache.lookup") as span:
             self.signals.lookup("exact")
             # the generations read here are what the answer computed after a miss is stored with
-            found = self.cache.lookup(text_key, template=template)
-            answer, tier = _text(found.value), found.tier
+            looked_up = self.cache.lookup(text_key, template=template)
+            answer, tier = _text(looked_up.value), looked_up.tier
             hit = answer is not None and tier is not None
             _lookup_attributes(span, "exact", tier if hit else None)
         if answer is not None and tier is not None:
@@ -107,11 +112,12 @@ class Chain:
             return self._from_cache(job, found.text, cached, f"semantic-{found.tier}",
                                     text_key, template)  # fmt: skip
         done, seconds = self._generate(job, self.cache, tenant)
-        if found.generations is not None:  # else Redis is down: answers cannot be validated
+        stamp = looked_up.generations
+        if stamp is not None:  # else Redis is down: answers cannot be validated, nor stored
             self.cache.put(text_key, done.text.encode(), ttl_s=self.ttl_s, template=template,
-                           generations=found.generations)  # fmt: skip
+                           generations=stamp)  # fmt: skip
             self._semantic_store(tenant, key.model_id, job, template, done,
-                                 (text_key, found.generations))  # fmt: skip
+                                 (text_key, stamp))  # fmt: skip
         return self._from_model(done, seconds, text_key, template)
 
     # -- pieces -------------------------------------------------------------------------------
@@ -134,9 +140,10 @@ class Chain:
         return done, seconds
 
     def _template(self, tenant: str, job: Job) -> str | None:
-        if self.semantic is None:
-            return None
-        return self.semantic.template_of(tenant, job.text)
+        """The prompt's mined template: its answers' generation scope (warm-up assigns the
+        same, `flows.warmup.run.shared_template_of`) and its semantic namespace."""
+        assigner = self.templates.get(tenant)
+        return assigner.assign(job.text) if assigner is not None else None
 
     def _semantic_lookup(
         self, tenant: str, variant: str, job: Job, template: str | None

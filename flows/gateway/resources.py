@@ -80,14 +80,9 @@ def open_producer(config: GatewayConfig) -> RequestLogProducer | None:
 
 def load_templates(data_dir: Path) -> dict[str, MinedTemplates]:
     """Per tenant, the assigner of the mined templates table (empty when none was mined)."""
-    from data_contracts.templates import read_templates
-    from models.templates.mined import MinedTemplates
+    from models.templates.mined import load_assigners
 
-    table = read_templates(Path(data_dir) / "features")
-    return {
-        str(tenant): MinedTemplates.from_frame(rows)
-        for tenant, rows in table.groupby("tenant", observed=True)
-    }
+    return load_assigners(data_dir)
 
 
 def _threshold(config: GatewayConfig) -> Any:
@@ -169,18 +164,20 @@ def build_gateway(
             closers.append(cache.close)
         minilm = minilm or MiniLM(config.device)
         semantic = None
+        # every answer's template (its generation scope, and its semantic namespace): read
+        # with or without the semantic layer, as warm-up reads it
+        templates = (
+            _timed(signals, "templates", lambda: load_templates(config.data_dir))
+            if config.templates else {}
+        )  # fmt: skip
         if config.semantic:
             from models.templates.embeddings import Embedder
 
             _timed(signals, "minilm", minilm.model)
-            templates = (
-                _timed(signals, "templates", lambda: load_templates(config.data_dir))
-                if config.templates else {}
-            )  # fmt: skip
             threshold = _timed(signals, "calibration", lambda: _threshold(config))
             semantic = SemanticLayer(
-                cache, Embedder(encode=minilm.encode), threshold, templates,
-                config.response_ttl_s, minilm.count, config.semantic_max_tokens,
+                cache, Embedder(encode=minilm.encode), threshold, config.response_ttl_s,
+                minilm.count, config.semantic_max_tokens,
             )  # fmt: skip
         if producer is None:
             producer = open_producer(config)
@@ -195,7 +192,7 @@ def build_gateway(
     )
     if forecast_loader is not None or config.forecast:
         signals.forecast_loader = forecast_loader or champion_forecast(config)
-    chain = Chain(runner, cache, signals, semantic, config.response_ttl_s, tracer)
+    chain = Chain(runner, cache, signals, semantic, config.response_ttl_s, tracer, templates)
     embeddings = EmbeddingService(cache, minilm.encode, minilm.count, tracer)
     gateway = Gateway(
         keys, chain, cache, signals, config.served_model or runner.model_id,

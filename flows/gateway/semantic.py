@@ -25,7 +25,7 @@ what they carry:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,7 +37,6 @@ from models.templates.semantic_cache import SemanticCache
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
     from models.templates.embeddings import Embedder
-    from models.templates.mined import MinedTemplates
     from models.templates.semantic_calibration import Calibration
 
 UNTEMPLATED = "untemplated"
@@ -96,22 +95,16 @@ class SemanticLayer:
         cache: HybridCache,
         embedder: Embedder,
         threshold: float | Calibration,
-        templates: Mapping[str, MinedTemplates] | None = None,
         ttl_s: float | None = None,
         count: Callable[[list[str]], Sequence[int]] | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         """`count`: MiniLM word pieces per text (None: no length limit)."""
         self.cache, self.embedder, self.threshold = cache, embedder, threshold
-        self.templates = dict(templates or {})
         self.ttl_s, self.count, self.max_tokens = ttl_s, count, max_tokens
 
     def comparable(self, text: str) -> bool:
         return self.count is None or self.count([text])[0] <= self.max_tokens
-
-    def template_of(self, tenant: str, prompt: str) -> str | None:
-        assigner = self.templates.get(tenant)
-        return assigner.assign(prompt) if assigner is not None else None
 
     @staticmethod
     def namespace(template: str | None, model_id: str) -> str:

@@ -281,7 +281,7 @@ def _model_name(backend: Any) -> str | None:
     return None
 
 
-def _not_held(item: WarmItem, backend: Any, cache: HybridCache) -> str | None:
+def _not_held(item: WarmItem, backend: Any, cache: HybridCache, template: str | None) -> str | None:
     """Why the cache does not hold what `item` should have put there (None: it does). Only
     what this process can check: pages and responses of an in-process model."""
     assert item.text is not None
@@ -292,7 +292,8 @@ def _not_held(item: WarmItem, backend: Any, cache: HybridCache) -> str | None:
         return None if held == len(keys) else f"the cache holds {held} of {len(keys)} pages"
     model = _model_name(backend)
     response = item.kind == "response" and model and backend.name != "null"
-    if response and cache.get(ExactKey.of(item.tenant, str(model), item.text)) is None:
+    key = ExactKey.of(item.tenant, str(model), item.text)
+    if response and cache.get(key, template=template) is None:
         return "the cache did not keep the response"
     return None
 
@@ -302,16 +303,17 @@ def _one_line(error: BaseException) -> str:
 
 
 def _warm_one(
-    item: WarmItem, backend: Any, cache: HybridCache, ledger: WarmLedger
+    item: WarmItem, backend: Any, cache: HybridCache, ledger: WarmLedger, template: str | None
 ) -> tuple[str, WarmResult | None]:
     """Warm one KV prefix or response item: (the state it ended in, what the backend did)."""
     assert item.text is not None
     ledger.begin(item)
     try:
         result = backend.warm_prefix(
-            item.tenant, item.text, cache, store_response=item.kind == "response"
-        )
-        missing = _not_held(item, backend, cache)
+            item.tenant, item.text, cache, store_response=item.kind == "response",
+            template=template,
+        )  # fmt: skip
+        missing = _not_held(item, backend, cache, template)
     except Exception as error:  # one failed item must not stop the batch: recorded, retried
         ledger.finish(item, "failed", error=_one_line(error))
         return "failed", None
@@ -355,6 +357,7 @@ def execute_batch(
     cache: HybridCache,
     ledger: WarmLedger,
     embed: Embedder | None = None,
+    template_of: Callable[[str, str], str | None] | None = None,
 ) -> BatchStats:
     """Warm the items not done yet, in plan order (parents first; embeddings, which have no
     parents, at the end in one encoder call). A failed item is recorded and the batch goes
@@ -362,6 +365,8 @@ def execute_batch(
 
     Args:
         embed: texts -> vectors; default: the process's MiniLM (`shared_embedder`).
+        template_of: (tenant, prompt) -> the template a response is stored under (the one
+            the gateway assigns it: part of the answer's generations); None: untemplated.
     """
     started = time.perf_counter()
     stats = BatchStats(planned=len(items))
@@ -377,7 +382,8 @@ def execute_batch(
         elif item.kind == "embedding" and not isinstance(backend, NullBackend):
             embeddings.append(item)  # (a dry run embeds nothing: it goes to the null backend)
         else:
-            state, result = _warm_one(item, backend, cache, ledger)
+            template = template_of(item.tenant, item.text) if template_of else None
+            state, result = _warm_one(item, backend, cache, ledger, template)
             ended.append(state)
             if state == "done" and result is not None:
                 stats.pages_stored += result.pages_stored

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,7 @@ class WarmupJob:
 
 _OPENED: dict[NodeResources, tuple[Any, Any]] = {}
 _OPENED_LOCK = threading.Lock()
+_TEMPLATES: dict[str, dict[str, Any]] = {}  # data dir -> tenant -> its template assigner
 
 
 def shared_resources(spec: NodeResources) -> tuple[Any, Any]:
@@ -155,6 +156,23 @@ def shared_resources(spec: NodeResources) -> tuple[Any, Any]:
                 cache.close()
                 raise
         return _OPENED[spec]
+
+
+def shared_template_of(data_dir: str) -> Callable[[str, str], str | None]:
+    """(tenant, prompt) -> its mined template, from the table the gateway assigns with
+    (loaded once per process)."""
+    with _OPENED_LOCK:
+        if data_dir not in _TEMPLATES:
+            from models.templates.mined import load_assigners
+
+            _TEMPLATES[data_dir] = load_assigners(data_dir)
+        assigners = _TEMPLATES[data_dir]
+
+    def template_of(tenant: str, prompt: str) -> str | None:
+        assigner = assigners.get(tenant)
+        return assigner.assign(prompt) if assigner is not None else None
+
+    return template_of
 
 
 def release_resources(spec: NodeResources) -> None:
@@ -207,7 +225,8 @@ def run_batch(items: Sequence[WarmItem], job: WarmupJob, index: int | None = Non
         backend, cache = shared_resources(job.resources)
         ledger = WarmLedger(job.ledger_path, job.target)
         try:
-            stats = execute_batch(items, backend, cache, ledger)
+            template_of = shared_template_of(job.resources.data_dir)
+            stats = execute_batch(items, backend, cache, ledger, template_of=template_of)
         finally:
             ledger.close()
         if span.is_recording():

@@ -11,6 +11,7 @@ text with its `<*>` slots is the whole pattern.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from models.templates.pattern import Pattern, PatternIndex
@@ -95,3 +96,17 @@ class MinedTemplates:
             for row in frame.itertuples(index=False)
         ]
         return cls(templates)
+
+
+def load_assigners(data_dir: str | Path) -> dict[str, MinedTemplates]:
+    """Per tenant, the assigner of the mined templates table under `<data_dir>/features`
+    (empty when none was mined). The gateway and warm-up both assign with it: an answer's
+    template is part of its generations (`cache_runtime/generations.py`), so the two must agree
+    on it for a warmed answer to be served."""
+    from data_contracts.templates import read_templates
+
+    table = read_templates(Path(data_dir) / "features")
+    return {
+        str(tenant): MinedTemplates.from_frame(rows)
+        for tenant, rows in table.groupby("tenant", observed=True)
+    }
