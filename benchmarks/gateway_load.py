@@ -1,5 +1,6 @@
-"""The gateway under load through a Redis crash (issue 9 goal: zero failed requests through a
-Redis restart under load).
+"""The gateway under load through a Redis crash (goals: zero failed requests through a Redis
+restart under load; KV-page and embedding hit ratios during the outage within 5% of before;
+`/healthz` says degraded within 2 s of the kill).
 
 On 127.0.0.1, in this process: a `redis-server` this script owns, the gateway (uvicorn, the tiny
 GPT-2 in process, memory + Redis tiers, the live request log on Redis Streams; semantic lookups
@@ -7,8 +8,13 @@ off to leave the two CPUs to the model), and `--clients` asyncio clients, each o
 keep-alive `httpx` connection, sending greedy completions for `--duration` seconds: with
 probability `--hit-share` one of `--hot` prompts cached before the run (an exact hit), else a
 prompt never sent before (a miss: the model answers, the answer is written through to memory and
-Redis). At `--kill-at` of the run Redis gets SIGKILL; at `--restart-at` it is started again,
-empty, on the same port. An error is any reply that is not 200 or any exception.
+Redis). A `--kv-share` of the requests are sampled completions (temperature 0.7: no answer is
+cached) of one of the hot prompts' long shared prefixes with a new tail, which only KV pages can
+help (`prefix` when they did), and an `--embedding-share` are embeddings of hot texts (an exact
+hit when cached). At `--kill-at` of the run Redis gets SIGKILL; at `--restart-at` it is started
+again, empty, on the same port; `/healthz` is polled every 20 ms from the kill until it says
+degraded. An error is any reply that is not 200 or any exception. Answers cannot be validated
+while Redis is down (generations), so their hits become misses then: by design, not an error.
 
 Prints one JSON object: requests, errors (the goal: 0) with up to 5 samples, p50/p95 of hits
 and misses over the whole run and per phase (before the kill, during the outage, after the
@@ -46,6 +52,7 @@ from flows.gateway.runners import InProcessRunner
 from models.llm.openai_server import serve_in_thread
 
 KEY = "sk-load"
+EMBEDDING_MODEL = "all-minilm-l6-v2"
 TOPICS = ("wire transfers", "card limits", "mortgage rates", "savings interest", "overdrafts",
           "account closure", "fraud reports", "branch hours", "loan terms", "fx rates")  # fmt: skip
 
@@ -109,32 +116,80 @@ class Sample:
     hit: bool  # the request was for a cached prompt
     source: str  # x-preheat-cache, or what went wrong
     ok: bool  # HTTP 200 with an answer
+    kind: str = "answer"  # answer | kv | embedding
+
+
+HOT_TEXT = "Our bank's policy on {topic}, in full detail, for every kind of account. " * 4
+
+
+def _request(
+    rng: random.Random, seed: int, n: int, hot: list[str], shares: tuple[float, float, float]
+) -> tuple[str, bool, str, dict[str, Any]]:
+    """(kind, hit, path, body additions) of the next request."""
+    hit_share, kv_share, embedding_share = shares
+    draw = rng.random()
+    topic = rng.choice(TOPICS)
+    if draw < kv_share:
+        prompt = HOT_TEXT.format(topic=topic) + f" Client {seed} question {n}?"
+        return "kv", True, "/v1/completions", {"prompt": prompt, "temperature": 0.7}
+    if draw < kv_share + embedding_share:
+        return "embedding", True, "/v1/embeddings", {"input": f"Embedding of {topic}"}
+    hit = rng.random() < hit_share
+    prompt = rng.choice(hot) if hit else f"Client {seed} request {n}: {topic}?"
+    return "answer", hit, "/v1/completions", {"prompt": prompt}
 
 
 async def client_loop(
-    url: str, body: dict[str, Any], hot: list[str], stop_at: float, seed: int, hit_share: float
+    url: str,
+    body: dict[str, Any],
+    hot: list[str],
+    stop_at: float,
+    seed: int,
+    shares: tuple[float, float, float],
 ) -> list[Sample]:
     rng, samples, began = random.Random(seed), [], time.perf_counter()
     headers = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as http:
         n = 0
         while time.perf_counter() < stop_at:
-            hit = rng.random() < hit_share
             n += 1
-            prompt = rng.choice(hot) if hit else f"Client {seed} request {n}: {rng.choice(TOPICS)}?"
-            content = orjson.dumps({**body, "prompt": prompt})
+            kind, hit, path, extra = _request(rng, seed, n, hot, shares)
+            payload = {**body, **extra}
+            if kind == "embedding":
+                payload = {"model": EMBEDDING_MODEL, "input": extra["input"]}
             started = time.perf_counter()
             try:
-                reply = await http.post("/v1/completions", content=content)
-                ok = reply.status_code == 200 and bool(reply.json()["choices"])
+                reply = await http.post(path, content=orjson.dumps(payload))
+                ok = reply.status_code == 200 and bool(reply.json().get("choices") or
+                                                       reply.json().get("data"))  # fmt: skip
                 source = reply.headers.get(CACHE_HEADER, "") if ok else (
                     f"HTTP {reply.status_code}: {reply.text[:120]}"
                 )  # fmt: skip
             except (httpx.HTTPError, ValueError, KeyError) as error:
                 ok, source = False, f"{type(error).__name__}: {error}"[:160]
             done = time.perf_counter()
-            samples.append(Sample(started - began, done - started, hit, source, ok))
+            samples.append(Sample(started - began, done - started, hit, source, ok, kind))
     return samples
+
+
+def hit_ratio(samples: list[Sample], kind: str) -> float | None:
+    """Of `kind`'s answered requests, the share the cache helped: a KV prefix reused (`prefix`)
+    for kv, a cached answer or embedding (`exact-...`) otherwise."""
+    mine = [s for s in samples if s.kind == kind and s.ok and s.hit]
+    if not mine:
+        return None
+    helped = "prefix" if kind == "kv" else "exact-"
+    return round(sum(s.source.startswith(helped) for s in mine) / len(mine), 4)
+
+
+async def degraded_after(url: str, killed: float, timeout_s: float = 10.0) -> float | None:
+    """Seconds from `killed` (perf_counter) until /healthz says degraded (None: not in time)."""
+    async with httpx.AsyncClient(base_url=url, timeout=5) as http:
+        while time.perf_counter() - killed < timeout_s:
+            if (await http.get("/healthz")).json().get("status") == "degraded":
+                return round(time.perf_counter() - killed, 3)
+            await asyncio.sleep(0.02)  # polling the health endpoint, as a load balancer does
+    return None
 
 
 def latency(samples: list[Sample]) -> dict[str, Any]:
@@ -175,6 +230,11 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as http:
             for prompt in hot:  # cached before the run: these are the hits
                 http.post("/v1/completions", json={**body, "prompt": prompt}).raise_for_status()
+            for topic in TOPICS:  # the KV pages of the shared prefixes, and the embeddings
+                prefix = {**body, "prompt": HOT_TEXT.format(topic=topic), "temperature": 0.7}
+                http.post("/v1/completions", json=prefix).raise_for_status()
+                vector = {"model": EMBEDDING_MODEL, "input": f"Embedding of {topic}"}
+                http.post("/v1/embeddings", json=vector).raise_for_status()
         samples, events = asyncio.run(load(args, url, body, hot, server))
         metrics = httpx.get(f"{url}/metrics").text
         overhead = hit_overhead(url, {**body, "prompt": hot[0]})
@@ -196,15 +256,19 @@ async def load(
 ) -> tuple[list[Sample], dict[str, float]]:
     began = time.perf_counter()
     stop_at = began + args.duration
+    shares = (args.hit_share, args.kv_share, args.embedding_share)
     clients = [
-        asyncio.create_task(client_loop(url, body, hot, stop_at, seed, args.hit_share))
+        asyncio.create_task(client_loop(url, body, hot, stop_at, seed, shares))
         for seed in range(args.clients)
     ]
     events: dict[str, float] = {}
     await asyncio.sleep(args.kill_at * args.duration)
     server.kill()
-    events["killed_at_s"] = time.perf_counter() - began
-    await asyncio.sleep(max(0.0, args.restart_at * args.duration - events["killed_at_s"]))
+    killed = time.perf_counter()
+    events["killed_at_s"] = killed - began
+    degraded = await degraded_after(url, killed)
+    events["healthz_degraded_after_s"] = -1.0 if degraded is None else degraded
+    await asyncio.sleep(max(0.0, args.restart_at * args.duration - (time.perf_counter() - began)))
     await asyncio.to_thread(server.start)  # the clients keep going while it starts
     events["restarted_at_s"] = time.perf_counter() - began
     results = await asyncio.gather(*clients)
@@ -263,11 +327,13 @@ def summary(
         "requests": len(samples), "errors": len(errors),
         "error_samples": sorted({s.source for s in errors})[:5],
         "redis": {k: round(v, 3) for k, v in events.items()},
-        "hits": latency([s for s in samples if s.hit]),
-        "misses": latency([s for s in samples if not s.hit]),
+        "hits": latency([s for s in samples if s.hit and s.kind == "answer"]),
+        "misses": latency([s for s in samples if not s.hit and s.kind == "answer"]),
         "phases": {
             name: {"hits": latency([s for s in samples if s.hit and inside(s)]),
-                   "misses": latency([s for s in samples if not s.hit and inside(s)])}
+                   "misses": latency([s for s in samples if not s.hit and inside(s)]),
+                   "hit_ratio": {kind: hit_ratio([s for s in samples if inside(s)], kind)
+                                 for kind in ("answer", "kv", "embedding")}}
             for name, inside in phases.items()
         },
         "served_as": _count(s.source for s in samples if s.ok),
@@ -288,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of load")
     parser.add_argument("--hit-share", type=float, default=0.7)
+    parser.add_argument("--kv-share", type=float, default=0.2)
+    parser.add_argument("--embedding-share", type=float, default=0.2)
     parser.add_argument("--hot", type=int, default=50, help="prompts cached before the run")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--kill-at", type=float, default=1 / 3, help="share of the run")

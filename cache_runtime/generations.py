@@ -30,6 +30,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -113,20 +114,31 @@ class Generations(Protocol):
 
 
 class LocalGenerations:
-    """Counters in this process: for a cache no other process can invalidate."""
+    """Counters in this process: for a cache no other process can invalidate. At most `limit`
+    are kept (the oldest created goes first): a forgotten counter restarts at a random value,
+    so its answers miss once, as after a Redis restart."""
 
-    def __init__(self) -> None:
-        self._counters: dict[tuple[str, str], int] = {}
+    def __init__(self, limit: int = 1_000_000) -> None:
+        self._counters: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._limit = limit
         self._lock = threading.Lock()
+
+    def _value(self, counter: tuple[str, str]) -> int:
+        value = self._counters.get(counter)
+        if value is None:
+            value = self._counters[counter] = _origin()
+            if len(self._counters) > self._limit:
+                self._counters.popitem(last=False)
+        return value
 
     def read(self, scope: AnswerScope, also_get: str | None = None) -> tuple[Stamp | None, Any]:
         with self._lock:
-            values = [self._counters.setdefault(c, _origin()) for c in _counters(scope)]
+            values = [self._value(c) for c in _counters(scope)]
         return ".".join(map(str, values)).encode(), None
 
     def bump(self, counter: tuple[str, str]) -> None:
         with self._lock:
-            self._counters[counter] = self._counters.get(counter, _origin()) + 1
+            self._counters[counter] = self._value(counter) + 1
 
     def problem(self) -> str | None:
         return None
