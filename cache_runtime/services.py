@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -89,6 +90,11 @@ class RedisServer:
         self.extra_args = extra_args
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self._lifecycle = threading.RLock()  # starts, restarts and stops, one at a time
+        self._stopping = False
+        self._stop_event = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self.restarts = 0
 
     @property
     def url(self) -> str:
@@ -100,7 +106,18 @@ class RedisServer:
         return self._process.pid if self._process is not None else None
 
     def start(self) -> RedisServer:
+        self._stopping = False
+        self._stop_event.clear()
+        atexit.register(self.stop)
+        with self._lifecycle:
+            self._launch()
+        return self
+
+    def _launch(self) -> None:
+        """A fresh working directory and process on `self.port`, answering PING."""
         binary = find_redis_server()
+        if self._workdir is not None:
+            self._workdir.cleanup()
         self._workdir = tempfile.TemporaryDirectory(prefix="preheat-redis-")
         args = [
             str(binary),
@@ -118,9 +135,7 @@ class RedisServer:
         self._process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
-        atexit.register(self.stop)
         self._wait_until_ready()
-        return self
 
     def _wait_until_ready(self) -> None:
         assert self._process is not None
@@ -138,7 +153,7 @@ class RedisServer:
                     time.sleep(0.02)
                 except redis.ConnectionError:
                     time.sleep(0.02)  # polling interval, not a blind wait: we re-check PING
-            self.stop()
+            self._stop_locked()
             raise RedisStartError(
                 f"redis-server did not answer PING within {self.startup_timeout_s}s"
             )
@@ -152,8 +167,47 @@ class RedisServer:
         lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
         return " | ".join(lines[-3:])[:400]
 
+    def supervise(self, retry_s: float = 0.5) -> RedisServer:
+        """Start it again whenever it dies, on the same port, until `stop()`: a new, empty
+        instance (answer generations start anew with it, so nothing served before is trusted:
+        `cache_runtime/generations.py`). The dead process is reaped at once (no `<defunct>`);
+        a start that fails is tried again every `retry_s`. `restarts` counts them."""
+        if self._supervisor is None:
+            self._supervisor = threading.Thread(
+                target=self._watch, args=(retry_s,), daemon=True, name="redis-supervisor"
+            )
+            self._supervisor.start()
+        return self
+
+    def _watch(self, retry_s: float) -> None:
+        while True:
+            process = self._process
+            if process is None:  # stopped
+                return
+            process.wait()  # reaps it
+            with self._lifecycle:
+                if self._process is not process:
+                    return  # `stop()` took it
+                self._process = None
+                while not self._stopping:
+                    try:
+                        self._launch()
+                        self.restarts += 1
+                        break
+                    except RedisStartError:
+                        self._process = None
+                        self._stop_event.wait(retry_s)
+                if self._stopping:
+                    return
+
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after 5 s) and remove its directory."""
+        self._stopping = True
+        self._stop_event.set()
+        with self._lifecycle:
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             process.terminate()
@@ -180,15 +234,25 @@ class RedisServer:
 
 
 class RedisHandle:
-    """The Redis the settings ask for: the configured URL, or a private server we start and own."""
+    """The Redis the settings ask for: the configured URL, or a private server we start and own
+    (`supervise`: started again whenever it dies, for long-running services)."""
 
-    def __init__(self, redis_url: str | None) -> None:
+    def __init__(self, redis_url: str | None, supervise: bool = False) -> None:
         self._server = None if redis_url else RedisServer()
         self._configured_url = redis_url
+        self._supervise = supervise
+
+    @property
+    def server(self) -> RedisServer | None:
+        """The server this handle started (None for a configured URL)."""
+        return self._server
 
     def __enter__(self) -> str:
         if self._server is not None:
-            return self._server.start().url
+            self._server.start()
+            if self._supervise:
+                self._server.supervise()
+            return self._server.url
         assert self._configured_url is not None
         return self._configured_url
 

@@ -98,7 +98,11 @@ def gateway_command(
 
     telemetry.install(_tracing(tracing, otlp_endpoint))
     try:
-        with RedisHandle(settings.redis_url) if redis else nullcontext(None) as redis_url:
+        with (
+            RedisHandle(settings.redis_url, supervise=True)
+            if redis
+            else nullcontext(None) as redis_url
+        ):
             app = _app(settings, redis_url, {k: v for k, v in given.items() if v is not None})
             import uvicorn
 

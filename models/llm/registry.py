@@ -166,8 +166,10 @@ def fetch_llm(
         raise LookupError(f"no {name}@{alias} registered in {tracking_uri}")
     version = str(found.version)
     # By version, not alias: the alias could move between the lookup and the download.
-    local = download_artifacts(
-        f"models:/{name}/{version}", dst_path=str(destination), tracking_uri=tracking_uri
-    )
+    # From the version's storage location, not `models:/...`: MLflow 3.17 resolves a `models:/`
+    # URI through the process's default registry whatever `tracking_uri`/`registry_uri` say
+    # (`./mlflow.db` of the working directory, created there), so a fresh process failed
+    source = client.get_model_version_download_uri(name, version)
+    local = download_artifacts(source, dst_path=str(destination), tracking_uri=tracking_uri)
     flavor = Model.load(local).flavors["python_function"]
     return Path(local) / flavor["artifacts"][ARTIFACT]["path"], version

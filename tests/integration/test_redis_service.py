@@ -54,3 +54,26 @@ def test_startup_failure_is_reported(tmp_path: Path) -> None:
         pytest.raises(RedisStartError, match=r"redis-server exited|did not answer"),
     ):
         RedisServer(port=first.port, startup_timeout_s=5).start()
+
+
+def test_a_supervised_server_killed_by_pid_is_reaped_and_started_again_on_its_port() -> None:
+    import os
+    import signal
+
+    from helpers import wait_until
+
+    server = RedisServer().start().supervise(retry_s=0.05)
+    try:
+        first = server.pid
+        assert first is not None
+        redis.Redis.from_url(server.url).set("k", "v")
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: server.restarts == 1 and server.pid not in (None, first))
+        client = redis.Redis.from_url(server.url)
+        assert client.ping() and client.get("k") is None  # a new, empty instance
+        assert client.info("server")["process_id"] == server.pid
+        assert not os.path.exists(f"/proc/{first}")  # reaped: a <defunct> would still be listed
+        client.close()
+    finally:
+        server.stop()
+    assert server.pid is None
