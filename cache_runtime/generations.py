@@ -149,7 +149,8 @@ class RedisGenerations:
 
     Names: `<namespace>:<tenant>:{<key>}:gen` for a key (the hash tag is the answer's own on a
     Cluster, `RedisTier.redis_key`, so an answer and its counter share a slot and a node),
-    `<namespace>:gen:template:<tenant>|<template>` and `<namespace>:gen:tenant:<tenant>`.
+    `<namespace>:<tenant>:gen-template:<template>` and `<namespace>:<tenant>:gen-tenant`: all
+    within the tenant's key pattern, for a tenant's ACL user.
     A key's counter expires `key_ttl_s` after it was created (one per answer looked up would
     otherwise stay forever); an expired one restarts at a random value, so an answer older
     than that misses once. The template and tenant counters are few and do not expire."""
@@ -175,11 +176,16 @@ class RedisGenerations:
         self._standalone = isinstance(client, redis.Redis)
 
     def _name(self, counter: tuple[str, str]) -> str:
+        """Every counter under its tenant's `<namespace>:<tenant>:` prefix, where a tenant's
+        ACL user may be limited to (`RedisTier`)."""
         scope, name = counter
         if scope == "key":
             tenant = name.split("|", 4)[3]
             return f"{self.namespace}:{tenant}:{{{name}}}:gen"
-        return f"{self.namespace}:gen:{scope}:{name}"
+        if scope == "template":
+            tenant, template = name.split("|", 1)
+            return f"{self.namespace}:{tenant}:gen-template:{template}"
+        return f"{self.namespace}:{name}:gen-tenant"
 
     def read(self, scope: AnswerScope, also_get: str | None = None) -> tuple[Stamp | None, Any]:
         if self._problem is not None and time.monotonic() < self._down_until:

@@ -243,7 +243,7 @@ class RedisTier:
             pattern = f"{self.namespace}:*"
             for name in self._client.scan_iter(match=pattern, count=1000, _type="string"):
                 text = name if isinstance(name, str) else name.decode()
-                if text.endswith(":gen") or text.startswith(f"{self.namespace}:gen:"):
+                if text.endswith((":gen", ":gen-tenant")) or ":gen-template:" in text:
                     continue  # a counter, not a value
                 items += 1
                 used += int(self._client.strlen(name))

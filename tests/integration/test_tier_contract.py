@@ -11,6 +11,7 @@ import redis
 from helpers import FakeClock, wait_until
 from redis.exceptions import RedisClusterException
 
+from cache_runtime.hybrid import HybridCache
 from cache_runtime.keys import ExactKey, PrefixKey
 from cache_runtime.services import RedisClusterServers
 from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, Tier, redis_client
@@ -267,6 +268,14 @@ def test_redis_acl_user_is_confined_to_its_tenant_namespace(redis_url: str) -> N
         assert tier.get(key("q", "globex")) is None
         assert tier.stats().errors >= 2
         assert admin.get(tier.redis_key(key("q", "globex"))) is None
+        # the generation counters live under the tenant's prefix too: answers work end to end
+        cache = HybridCache([tier])
+        assert cache.put(key("r", "acme"), b"rate", template="rates")
+        assert cache.get(key("r", "acme"), template="rates") == b"rate"
+        cache.invalidate_template("acme", "rates")
+        cache.invalidate_tenant("acme")
+        assert cache.get(key("r", "acme"), template="rates") is None
+        assert cache.health() == {}
         tier.close()
     finally:
         admin.execute_command("ACL", "DELUSER", "tenant-acme")
