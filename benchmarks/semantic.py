@@ -5,7 +5,8 @@ and the guard set from ../shared/data/prompts (read by path, never copied), writ
 next to the result, runs `preheat bench semantic` on them in-process and adds:
 
 - goals: realised false-hit rate on the evaluation half <= 2 x target (1% -> 2%); recall within
-  0.02 of GPTCache's calibrated recall; zero false hits on the guard set;
+  0.02 of GPTCache's calibrated recall; zero false hits on the guard set and on the
+  entity-substitution set (`models.templates.substitutions`);
 - simhash: how robust the SimHash key and its buckets are: for one-character typos and for all
   positives, the share with the same 64-bit SimHash, the same bucket, and a bucket found by the
   lookup's probes, for several bucket widths and probe counts (how BUCKET_BITS and PROBES were
@@ -35,6 +36,7 @@ from models.templates.pairs import (
     write_pairs,
 )
 from models.templates.semantic import bucket_of, normalise, probe_buckets, simhash64
+from models.templates.substitutions import build_substitution_pairs
 
 WIDTHS = (4, 6, 8, 10, 12)
 PROBE_COUNTS = (1, 4, 8, 16, 32)
@@ -86,14 +88,16 @@ def main() -> None:
     corpus = load_corpus(prompts)
     pairs = build_pairs(corpus, args.pairs, seed=args.seed)
     guards = build_guard_pairs(corpus, args.guards_per_category, seed=args.seed)
+    substitutions = build_substitution_pairs(corpus, seed=args.seed)
     out_dir = args.out or Path(tempfile.mkdtemp(prefix="preheat-semantic-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     write_pairs(pairs, out_dir / "dev_pairs.jsonl")
     write_pairs(guards, out_dir / "guard_pairs.jsonl")
+    write_pairs(substitutions, out_dir / "substitution_pairs.jsonl")
     embedder = Embedder(threads=1)
     result = bench_semantic(
         pairs, args.target_fhr, args.seed, guards, embedder,
-        progress=lambda text: print(text, file=sys.stderr),
+        progress=lambda text: print(text, file=sys.stderr), substitution_pairs=substitutions,
     )  # fmt: skip
     result["simhash"] = bucket_robustness(embedder, pairs, result["preheat"]["threshold"])
     gpt = result["gptcache"].get("calibrated", {})
@@ -106,6 +110,7 @@ def main() -> None:
             result["preheat"]["recall"] >= gpt["recall"] - 0.02 if gpt else None
         ),
         "zero_guard_false_hits": result["guards"]["false_hits"] == 0,
+        "zero_substitution_false_hits": result["substitutions"]["false_hits"] == 0,
     }
     result["files"] = str(out_dir)
     sys.stdout.write(orjson.dumps(result).decode() + "\n")

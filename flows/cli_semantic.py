@@ -38,6 +38,7 @@ def bench_semantic_command(
     to GPTCache (faiss, SearchDistanceEvaluation) at its calibrated and fixed thresholds."""
     from flows.bench.semantic_bench import bench_semantic
     from models.templates.pairs import build_guard_pairs, load_corpus, read_pairs
+    from models.templates.substitutions import build_substitution_pairs
 
     try:
         labelled = read_pairs(pairs)
@@ -46,11 +47,13 @@ def bench_semantic_command(
         raise CliError(f"{err.filename}: no such file") from None
     except ValueError as err:
         raise CliError(str(err)) from None
+    source = prompts if prompts is not None else DEFAULT_PROMPTS
+    if prompts is not None and not prompts.is_dir():
+        raise CliError(f"--prompts {prompts}: not a directory")
+    corpus = load_corpus(source if source.is_dir() else None)
     if guards is None:
-        source = prompts if prompts is not None else DEFAULT_PROMPTS
-        if prompts is not None and not prompts.is_dir():
-            raise CliError(f"--prompts {prompts}: not a directory")
-        guards = build_guard_pairs(load_corpus(source if source.is_dir() else None), seed=seed)
+        guards = build_guard_pairs(corpus, seed=seed)
+    substitutions = build_substitution_pairs(corpus, seed=seed)
     import torch
 
     torch.set_num_threads(1)
@@ -59,6 +62,7 @@ def bench_semantic_command(
             result = bench_semantic(
                 labelled, target_fhr, seed, guards,
                 progress=lambda text: status.update(text), with_gptcache=gptcache,
+                substitution_pairs=substitutions,
             )  # fmt: skip
     except ValueError as err:
         raise CliError(str(err)) from None

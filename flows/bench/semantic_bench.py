@@ -9,7 +9,10 @@ also runs at its usual fixed thresholds (cosine 0.8, 0.85, 0.9, converted to its
 
 The guard set (label-0 pairs differing only in an amount, a date, an identifier, a ticker, a
 percentage or a negation) is measured apart: a false hit there is an answer about 100 dollars
-served for 1000. Pairs in the input whose `kind` starts with "guard" join that set.
+served for 1000. Pairs in the input whose `kind` starts with "guard" join that set. So is the
+entity-substitution set (`substitutions`: a changed card tier, product, currency direction,
+place, period, comparative, action, account or loan type, instrument or institution): a false
+hit there is the silver card's limit served for the gold card.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def _preheat_hit(embedder: Embedder, calibration: Calibration, a: str, b: str) -
 def _bench_preheat(
     embedder: Embedder, pairs: Sequence[Pair], calib: np.ndarray, held: np.ndarray,
     target_fhr: float, guard_pairs: Sequence[Pair], progress: Progress,
-) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:  # fmt: skip
+) -> tuple[dict[str, Any], dict[str, Any], np.ndarray, Calibration]:  # fmt: skip
     probe = SemanticCache(embedder, 1.0)
     scores = np.asarray([probe.decision_score(p.text_a, p.text_b) for p in pairs])
     labels = np.asarray([p.label for p in pairs])
@@ -96,21 +99,29 @@ def _bench_preheat(
         "bucket_misses": int((above & ~np.asarray(hits)).sum()),  # verified, but not probed
         "calibration": {k: getattr(calibration, k) for k in _CALIBRATION_FIELDS},
     }
-    guard_hits = [_preheat_hit(embedder, calibration, p.text_a, p.text_b) for p in guard_pairs]
-    by_category = Counter(p.kind for p, h in zip(guard_pairs, guard_hits, strict=True) if h)
-    guards = {
-        "pairs": len(guard_pairs),
-        "false_hits": int(sum(guard_hits)),
-        "false_hits_by_category": dict(by_category),
-        "categories": dict(Counter(p.kind for p in guard_pairs)),
+    return result, _false_hits(embedder, calibration, guard_pairs), scores, calibration
+
+
+def _false_hits(
+    embedder: Embedder, calibration: Calibration, label_0: Sequence[Pair]
+) -> dict[str, Any]:
+    """How many of these label-0 pairs preheat's real lookup serves, by category."""
+    hits = [_preheat_hit(embedder, calibration, p.text_a, p.text_b) for p in label_0]
+    return {
+        "pairs": len(label_0),
+        "false_hits": int(sum(hits)),
+        "false_hits_by_category": dict(
+            Counter(p.kind for p, h in zip(label_0, hits, strict=True) if h)
+        ),
+        "categories": dict(Counter(p.kind for p in label_0)),
     }
-    return result, guards, scores
 
 
 def _bench_gptcache(
     embedder: Embedder, pairs: Sequence[Pair], calib: np.ndarray, held: np.ndarray,
     target_fhr: float, guard_pairs: Sequence[Pair], progress: Progress,
-) -> tuple[dict[str, Any], int]:  # fmt: skip
+    substitution_pairs: Sequence[Pair] = (),
+) -> tuple[dict[str, Any], int, int]:  # fmt: skip
     labels = np.asarray([p.label for p in pairs])
     with GPTCachePeer(embedder) as peer:
         progress("gptcache: calibrating")
@@ -124,6 +135,9 @@ def _bench_gptcache(
             [peer.hits(pairs[i].text_a, pairs[i].text_b, thresholds) for i in held]
         )
         guard_hits = sum(peer.hits(p.text_a, p.text_b, thresholds[:1])[0] for p in guard_pairs)
+        substitution_hits = sum(
+            peer.hits(p.text_a, p.text_b, thresholds[:1])[0] for p in substitution_pairs
+        )
     calibrated = {
         "similarity_threshold": round(calibration.threshold, 6),
         "cosine": round(cosine_for_similarity_threshold(calibration.threshold), 6),
@@ -133,7 +147,7 @@ def _bench_gptcache(
         c: {"similarity_threshold": round(t, 6), **rates(decisions[:, j + 1], labels[held])}
         for j, (c, t) in enumerate(zip(FIXED_COSINES, thresholds[1:], strict=True))
     }
-    return {"calibrated": calibrated, "fixed": fixed}, int(guard_hits)
+    return {"calibrated": calibrated, "fixed": fixed}, int(guard_hits), int(substitution_hits)
 
 
 def split_robustness(
@@ -173,8 +187,10 @@ def bench_semantic(
     embedder: Embedder | None = None,
     progress: Progress | None = None,
     with_gptcache: bool = True,
+    substitution_pairs: Sequence[Pair] = (),
 ) -> dict[str, Any]:
-    """The JSON of `preheat bench semantic` (module docstring)."""
+    """The JSON of `preheat bench semantic` (module docstring). `substitution_pairs`: the
+    entity-substitution set (`models.templates.substitutions`), measured like the guard set."""
     started = time.perf_counter()
     say = progress or (lambda _: None)
     guards = [*guard_pairs, *(p for p in pairs if p.kind.startswith("guard"))]
@@ -183,23 +199,27 @@ def bench_semantic(
     if len(set(labels)) < 2:
         raise ValueError("the pairs need both labels (0 and 1)")
     embedder = embedder or shared_embedder()
-    texts = {t for p in [*pairs, *guards] for t in (p.text_a, p.text_b)}
+    texts = {t for p in [*pairs, *guards, *substitution_pairs] for t in (p.text_a, p.text_b)}
     say(f"embedding {len(texts)} prompts")
     embedder.embed(sorted(texts | {normalise(t) for t in texts}, key=len))
     calib, held = split_half(labels, seed)
-    preheat, guard_result, scores = _bench_preheat(
+    preheat, guard_result, scores, calibration = _bench_preheat(
         embedder, pairs, calib, held, target_fhr, guards, say
     )
     result: dict[str, Any] = {"pairs": len(pairs), "target_fhr": target_fhr, "seed": seed}
     result["preheat"] = preheat
     missing = gptcache_available() if with_gptcache else "not run (with_gptcache=False)"
+    substitutions = _false_hits(embedder, calibration, substitution_pairs)
     if missing is None:
-        result["gptcache"], guard_result["gptcache_false_hits_at_calibrated"] = _bench_gptcache(
-            embedder, pairs, calib, held, target_fhr, guards, say
+        result["gptcache"], guard_hits, substitution_hits = _bench_gptcache(
+            embedder, pairs, calib, held, target_fhr, guards, say, substitution_pairs
         )
+        guard_result["gptcache_false_hits_at_calibrated"] = guard_hits
+        substitutions["gptcache_false_hits_at_calibrated"] = substitution_hits
     else:
         result["gptcache"] = {"error": missing}
     result["guards"] = guard_result
+    result["substitutions"] = substitutions
     say("checking the calibration rules over 200 splits")
     result["calibration_rules"] = calibration_check(scores, np.asarray(labels), target_fhr)
     result["split_robustness"] = split_robustness(embedder, pairs, scores, target_fhr)

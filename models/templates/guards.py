@@ -25,8 +25,9 @@ and a semantic hit needs them equal, category by category:
 The guards are deliberately one-sided: they only ever veto a hit. A false veto costs a cache miss
 (the model answers); a missed veto can serve a wrong answer. So ambiguities resolve towards
 "different" ("two hundred" is the entities {2, 100}, not 200, and does not equal "200"), and
-antonyms ("buy"/"sell", "before"/"after") are out of scope: the calibrated cosine threshold and the
-template id carry those.
+a changed entity, product, place, period, action, direction or comparative ("gold"/"silver
+cards", "USD to EUR"/"EUR to USD", "buy"/"sell") is the content-word guard's
+(`content_guard.py`), category "content".
 
 Rejected alternative: one "all digits equal" rule. It misses currencies, months, tickers and
 negations, and cannot tell "$100" and "100 dollars" apart from "100 euros".
@@ -40,7 +41,11 @@ from collections import Counter
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 
-CATEGORIES = ("number", "date", "money", "percent", "identifier", "ticker", "negation")
+from models.templates.content_guard import content_words_agree
+
+CATEGORIES = (
+    "number", "date", "money", "percent", "identifier", "ticker", "negation", "content",
+)  # fmt: skip
 
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u02bc": "'", "`": "'"})
 
@@ -255,6 +260,8 @@ def guard_violations(a: str, b: str) -> list[str]:
     candidates = {c.lower() for c in _ticker_candidates(a) | _ticker_candidates(b)}
     if candidates and _word_counts(a, candidates) != _word_counts(b, candidates):
         failed.insert(CATEGORIES.index("ticker"), "ticker")
+    if not content_words_agree(a, b):
+        failed.append("content")
     return failed
 
 

@@ -21,7 +21,7 @@ import pytest
 from distributed.diagnostics.plugin import SchedulerPlugin
 from helpers import ledger_frame, write_warmable_lake
 
-from cache_runtime.keys import ExactKey
+from cache_runtime.keys import EmbeddingKey
 from cache_runtime.kv_pages import page_keys
 from cache_runtime.settings import Settings
 
@@ -203,7 +203,7 @@ def assert_cache_holds(rows: Any, data_dir: Path, model_dir: Path) -> None:
             assert len(keys) >= 3 and cache.longest_prefix(keys) == len(keys), item.item
         embeddings = rows[rows["kind"] == "embedding"]
         for item in embeddings.itertuples(index=False):
-            vector = cache.get(ExactKey.of(item.tenant, EMBEDDING_MODEL_ID, item.text))
+            vector = cache.get(EmbeddingKey.of(item.tenant, EMBEDDING_MODEL_ID, item.text))
             assert vector is not None and len(vector) == 384 * 4
     finally:
         cache.close()

@@ -24,7 +24,7 @@ import redis
 from helpers import ledger_frame, run_cli, wait_until, write_warmable_lake
 
 from cache_runtime.hybrid import HybridCache
-from cache_runtime.keys import ExactKey
+from cache_runtime.keys import EmbeddingKey
 from cache_runtime.kv_pages import page_keys
 from cache_runtime.settings import Settings
 from cache_runtime.tiers import RedisTier
@@ -119,7 +119,7 @@ def test_warmup_flow_warms_every_planned_item_and_a_rerun_does_nothing(
                 parent = pages_of(backend, item.tenant, texts[f"{item.parent}@{item.tenant}"])
                 assert keys[: len(parent)] == parent
         for item in rows[rows["kind"] == "embedding"].itertuples(index=False):
-            vector = cache.get(ExactKey.of(item.tenant, EMBEDDING_MODEL_ID, item.text))
+            vector = cache.get(EmbeddingKey.of(item.tenant, EMBEDDING_MODEL_ID, item.text))
             assert vector is not None and len(vector) == 384 * 4
     finally:
         cache.close()

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cache_runtime.keys import ExactKey
+from cache_runtime.keys import EmbeddingKey, ExactKey
 from cache_runtime.kv_pages import PAGE_TOKENS
 from flows.features.demand import demand_keys
 from flows.gateway.chain import Served
@@ -238,9 +238,9 @@ def test_ledgers_mark_what_warm_up_wrote_until_traffic_rewrites_it(tmp_path: Pat
     assert ledgers.exact_writer(ExactKey.of("acme", MODEL, "never stored").to_string()) == (
         "traffic"
     )
-    assert ledgers.exact_writer(ExactKey.of("acme", EMBEDDING_MODEL_ID, "hello").to_string()) == (
-        "warmup"
-    )
+    assert ledgers.exact_writer(
+        EmbeddingKey.of("acme", EMBEDDING_MODEL_ID, "hello").to_string()
+    ) == ("warmup")
     assert ledgers.exact_writer(ExactKey.of("beta", MODEL, prompt).to_string()) == "traffic"
     longer = tokens(prefix + "How do I close my account?")
     assert ledgers.prefix_writer("acme", longer, 2 * PAGE_TOKENS) == "warmup"

@@ -22,11 +22,11 @@ def test_redis_section(redis_url: str) -> None:
 
 
 @pytest.mark.integration
-def test_invalidation_section(redis_url: str) -> None:
-    from flows.bench.invalidation_bench import bench_invalidation
+def test_lookups_section(redis_url: str) -> None:
+    from flows.bench.lookup_bench import bench_lookups
 
-    result = bench_invalidation(redis_url, deletes=20)
-    for name in ("preheat_delete_to_other_replica", "redis_pubsub_message", "guarded_put"):
-        assert 0 < result[name]["p50_ms"] <= result[name]["p99_ms"]
-    assert result["p50_vs_pubsub"] > 0
-    assert result["guarded_put_p50_vs_set"] > 0  # and each guarded put was stored
+    result = bench_lookups(redis_url, lookups=50, rounds=1)
+    names = ("redis_get", "redis_mget_4", "answer_from_redis", "answer_from_memory",
+             "kv_page_from_redis")  # fmt: skip
+    assert all(result["p50_us"][name] > 0 for name in names)
+    assert set(result["ratio_to_redis_get"]) == set(names) - {"redis_get"}
