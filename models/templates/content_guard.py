@@ -50,6 +50,7 @@ _PHRASES = (
 )  # fmt: skip
 _PHRASE_RES = [(re.compile(p), r) for p, r in _PHRASES]
 _WORD = re.compile(r"[a-z]+")
+_WITH_DIGIT = re.compile(r"[\w-]*\d[\w-]*")
 _FUNCTION_TEXT = (
     "a an the of in on at to for from by with and or but if so as into onto than then there here"
     " is are was were be been being am do does did doing done has have had having can could will"
@@ -71,7 +72,7 @@ _SYNONYMS = {
     "television": "tv", "photo": "picture", "store": "shop", "describe": "explain",
     "fast": "quick", "occupation": "job", "occur": "happen", "occurred": "happen",
     "happened": "happen", "series": "show", "performs": "sing", "sings": "sing",
-    "singer": "sing",
+    "singer": "sing", "perform": "sing",
 }  # fmt: skip
 _CONNECTORS = frozenset({"to", "into", "from", "than", "vs", "versus", "against"})
 _REACH = 3  # words either side of a connector searched for its content word
@@ -80,6 +81,8 @@ _TYPO_MIN_LETTERS = 5
 
 def _canonical(word: str) -> str:
     word = word.removesuffix("'s")
+    if word in _SYNONYMS:
+        return _SYNONYMS[word]
     if len(word) > 4 and word.endswith("ies"):
         word = word[:-3] + "y"
     elif len(word) > 4 and word.endswith(("ches", "shes", "sses", "xes")):
@@ -90,14 +93,25 @@ def _canonical(word: str) -> str:
 
 
 def _words(text: str) -> list[str]:
-    lowered = text.lower().replace("\u2019", "'")
+    lowered = text.lower().replace("\u2019", "'").replace("n't", "nt")
     for pattern, replacement in _PHRASE_RES:
         lowered = pattern.sub(replacement, lowered)
+    # a token with a digit in it ("1st", "5k", "ACC-1234", "Q3") is the number, date and
+    # identifier guards' to read
+    lowered = _WITH_DIGIT.sub(" ", lowered)
     return _WORD.findall(lowered.replace("'s", ""))
 
 
+def _content(word: str) -> str | None:
+    """The canonical content word, or None for a function word (before or after mapping)."""
+    if word in _FUNCTION_WORDS:
+        return None
+    canonical = _canonical(word)
+    return None if canonical in _FUNCTION_WORDS else canonical
+
+
 def _content_sequence(text: str) -> list[str]:
-    return [_canonical(w) for w in _words(text) if w not in _FUNCTION_WORDS]
+    return [c for w in _words(text) if (c := _content(w)) is not None]
 
 
 def content_words(text: str) -> frozenset[str]:
@@ -120,10 +134,10 @@ def directions(text: str) -> set[tuple[str, str]]:
     for i, word in enumerate(words):
         if word not in _CONNECTORS:
             continue
-        left = [w for w in words[max(0, i - _REACH) : i] if w not in _FUNCTION_WORDS]
-        right = [w for w in words[i + 1 : i + 1 + _REACH] if w not in _FUNCTION_WORDS]
+        left = [c for w in words[max(0, i - _REACH) : i] if (c := _content(w)) is not None]
+        right = [c for w in words[i + 1 : i + 1 + _REACH] if (c := _content(w)) is not None]
         if left and right:
-            found.add((_canonical(left[-1]), _canonical(right[0])))
+            found.add((left[-1], right[0]))
     return found
 
 
@@ -142,9 +156,13 @@ def _one_letter_off(a: str, b: str) -> bool:
     return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
-def content_words_agree(a: str, b: str) -> bool:
-    """True when `a` and `b` name the same content words in the same directions."""
-    words_a, words_b = content_words(a), content_words(b)
+def content_words_agree(a: str, b: str, read_elsewhere: frozenset[str] = frozenset()) -> bool:
+    """True when `a` and `b` name the same content words in the same directions.
+
+    `read_elsewhere`: words another guard reads in its own canonical form (number and currency
+    words, months, negations: "two" == "2", "100 dollars" == "$100"), left out of the sets."""
+    words_a = {w for w in content_words(a) if w not in read_elsewhere}
+    words_b = {w for w in content_words(b) if w not in read_elsewhere}
     only_a, only_b = sorted(words_a - words_b), sorted(words_b - words_a)
     if len(only_a) != len(only_b):
         return False

@@ -131,6 +131,12 @@ _NEGATIONS = {
     "without", "dont", "doesnt", "didnt", "isnt", "arent", "wasnt", "werent", "cant", "couldnt",
     "wouldnt", "shouldnt", "hasnt", "havent", "hadnt", "aint", "mustnt", "neednt", "wont",
 }  # fmt: skip
+# the words these guards read in their own canonical forms: not the content guard's to compare
+_READ_HERE = frozenset(
+    {*_NUMBER_WORDS, *_MULTIPLIERS, *_CURRENCY_WORDS, *_MONTHS, *_MONTH_OF, *_WEEKDAYS,
+     *_RELATIVE, *_NEGATIONS, "percent", "percentage", "per", "cent", "pct", "pp", "bps",
+     "basis", "point", "dollar", "euro", "pound", "rupee", "franc"}
+)  # fmt: skip
 _NOT_NEGATION = re.compile(r"\bno\.?\s*(?=\d|#)", re.I)  # "no. 5", "account no 1234"
 
 
@@ -260,7 +266,7 @@ def guard_violations(a: str, b: str) -> list[str]:
     candidates = {c.lower() for c in _ticker_candidates(a) | _ticker_candidates(b)}
     if candidates and _word_counts(a, candidates) != _word_counts(b, candidates):
         failed.insert(CATEGORIES.index("ticker"), "ticker")
-    if not content_words_agree(a, b):
+    if not content_words_agree(a, b, _READ_HERE):
         failed.append("content")
     return failed
 

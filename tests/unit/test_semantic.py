@@ -159,14 +159,15 @@ def test_verification_rejects_a_below_threshold_neighbour_in_the_same_bucket() -
     noise = rng.standard_normal(DIMENSIONS)
     noise -= (noise @ a) * a
     b = 0.9 * a + np.sqrt(1 - 0.81) * noise / np.linalg.norm(noise)  # cosine 0.9 exactly
-    embedder = Fixed({"stored prompt": a, "query prompt": b})
+    # the same content words (the guards let them through): only the cosine tells them apart
+    embedder = Fixed({"stored prompt": a, "the stored prompt?": b})
     strict = SemanticCache(embedder, 0.95)
     strict.put("t", "x", "stored prompt", "answer")
     stored_bucket = bucket_of(simhash64(a))
     assert stored_bucket in probe_buckets(b)  # the lookup reaches the stored entry ...
-    assert strict.get("t", "x", "query prompt") is None  # ... and verification refuses it
+    assert strict.get("t", "x", "the stored prompt?") is None  # ... and verification refuses it
     lenient = SemanticCache(embedder, 0.85, strict.store)
-    hit = lenient.lookup("t", "x", "query prompt")
+    hit = lenient.lookup("t", "x", "the stored prompt?")
     assert hit is not None and hit.prompt == "stored prompt"
     assert hit.similarity == pytest.approx(0.9, abs=1e-5)
 
