@@ -19,8 +19,10 @@ the chain's `cache.lookup` and `model.generate` spans.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,11 +49,15 @@ from flows.gateway.schemas import (
     bad_request,
 )
 from flows.gateway.service import opted_out
+from flows.gateway.streaming import StreamSink
 from flows.warmup.execute import EMBEDDING_MODEL_ID
 
 if TYPE_CHECKING:
+    from flows.gateway.chain import Served
     from flows.gateway.config import GatewayConfig
     from flows.gateway.service import Gateway
+
+log = logging.getLogger(__name__)
 
 _Body = TypeVar("_Body", bound=BaseModel)
 CACHE_HEADER = "x-preheat-cache"
@@ -137,10 +143,16 @@ def _generation_routes(app: FastAPI, gateway: Gateway) -> None:
         async def handle() -> tuple[Response, str]:
             tenant = gateway.tenant(request.headers.get("authorization"))
             body = _parse(model, await request.body())
-            served = await run_in_threadpool(
-                gateway.generate, route, body, tenant, request.headers.get(CACHE_HEADER),
-                request.headers.get(SESSION_HEADER),
-            )  # fmt: skip
+            args = (route, body, tenant, request.headers.get(CACHE_HEADER),
+                    request.headers.get(SESSION_HEADER))  # fmt: skip
+            if body.stream:
+                sink = StreamSink(asyncio.get_running_loop())
+                work = asyncio.ensure_future(run_in_threadpool(gateway.generate, *args, sink))
+                if await sink.began(work):  # the model is decoding: stream it as it goes
+                    return _live_stream(gateway, route, body, sink, work), str(sink.outcome)
+                served = await work  # answered whole (a cache hit), or failed before decoding
+            else:
+                served = await run_in_threadpool(gateway.generate, *args)
             headers = {CACHE_HEADER: served.outcome}
             if served.key is not None:
                 headers[KEY_HEADER] = served.key
@@ -161,6 +173,41 @@ def _generation_routes(app: FastAPI, gateway: Gateway) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await generation(request, "completions", CompletionRequest)
+
+
+def _live_stream(
+    gateway: Gateway,
+    route: str,
+    body: GenerationRequest,
+    sink: StreamSink,
+    work: asyncio.Future[Served],
+) -> StreamingResponse:
+    """The SSE response of an answer the model is decoding now (`streaming.py`)."""
+    usage = body.stream_options is not None and body.stream_options.include_usage
+    headers = {CACHE_HEADER: str(sink.outcome)}
+    if sink.key is not None:
+        headers[KEY_HEADER] = sink.key
+
+    async def events() -> AsyncIterator[bytes]:
+        stream = fmt.LiveStream(gateway.served_model, route)
+        try:
+            for event in stream.opening():
+                yield event
+            async for piece in sink.pieces(work):
+                yield stream.piece(piece)
+            try:
+                ending = stream.closing(await work, usage)
+            except GatewayError as error:
+                ending = stream.error(error)
+            except Exception:
+                log.exception("a streamed generation failed")
+                ending = stream.error(GatewayError(500, "the model failed", "server_error"))
+            for event in ending:
+                yield event
+        finally:
+            sink.cancel()  # the client went away, or all was sent: the model stops either way
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 
 def _other_routes(app: FastAPI, gateway: Gateway) -> None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from flows.gateway.runners import Generation, Job, Runner
     from flows.gateway.semantic import SemanticAnswer, SemanticLayer
     from flows.gateway.signals import Signals
+    from flows.gateway.streaming import AnswerSink
     from models.templates.mined import MinedTemplates
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,19 @@ class Chain:
     def upstream(self) -> bool:
         return self.runner.upstream
 
-    def serve(self, tenant: str, job: Job, use_cache: bool) -> Served:
+    def serve(
+        self, tenant: str, job: Job, use_cache: bool, sink: AnswerSink | None = None
+    ) -> Served:
+        """The answer and where it came from. `sink`: a streamed request's; if the model
+        answers, `sink.begin(outcome, key)` once its prefill is done, then each decoded piece
+        (a cached answer goes whole, and `begin` is never called)."""
         template = self._template(tenant, job)
         if not use_cache:
-            done, seconds = self._generate(job, None, tenant)
+            done, seconds = self._generate(job, None, tenant, _Begin(sink, None, "bypass"))
             return self._from_model(done, seconds, None, template, True)
         if not job.decoding.cacheable:
-            return self._from_model(*self._generate(job, self.cache, tenant), None, template)
+            done, seconds = self._generate(job, self.cache, tenant, _Begin(sink, None))
+            return self._from_model(done, seconds, None, template)
         key = self.exact_key(tenant, job)
         text_key = key.to_string()
         with self.tracer.start_as_current_span("cache.lookup") as span:
@@ -111,7 +118,7 @@ class Chain:
             cached = (found.text, found.finish_reason, found.completion_tokens)
             return self._from_cache(job, found.text, cached, f"semantic-{found.tier}",
                                     text_key, template)  # fmt: skip
-        done, seconds = self._generate(job, self.cache, tenant)
+        done, seconds = self._generate(job, self.cache, tenant, _Begin(sink, text_key))
         stamp = looked_up.generations
         if stamp is not None:  # else Redis is down: answers cannot be validated, nor stored
             self.cache.put(text_key, done.text.encode(), ttl_s=self.ttl_s, template=template,
@@ -123,7 +130,7 @@ class Chain:
     # -- pieces -------------------------------------------------------------------------------
 
     def _generate(
-        self, job: Job, cache: HybridCache | None, tenant: str
+        self, job: Job, cache: HybridCache | None, tenant: str, begin: _Begin
     ) -> tuple[Generation, float]:
         """The model's answer and the seconds it took (KV pages are looked up inside: with a
         cache, the call counts as a prefix lookup)."""
@@ -131,7 +138,8 @@ class Chain:
             if cache is not None:
                 self.signals.lookup("prefix")
             started = time.perf_counter()
-            done = self.runner.generate(job, cache, tenant)
+            listener = begin if begin.sink is not None else None
+            done = self.runner.generate(job, cache, tenant, listener)
             seconds = time.perf_counter() - started
             if span.is_recording():
                 span.set_attribute("preheat.route", job.route)
@@ -226,6 +234,26 @@ class Chain:
             finish = "length" if completion >= job.decoding.max_tokens else "stop"
         return Served(text, finish, prompt_tokens, completion, prompt_tokens, outcome, key,
                       template, prompt_ids)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Begin:
+    """The runner's listener for a streamed request: tells the sink the outcome once the
+    prefill is done (`prefix` when it reused KV pages, else `miss`; `bypass` when forced),
+    then passes the text on."""
+
+    sink: AnswerSink | None
+    key: str | None
+    forced: str | None = None
+
+    def started(self, cached_tokens: int) -> None:
+        assert self.sink is not None
+        outcome = self.forced or ("prefix" if cached_tokens else "miss")
+        self.sink.begin(outcome, self.key)
+
+    def text(self, delta: str) -> bool:
+        assert self.sink is not None
+        return self.sink.text(delta)
 
 
 def _lookup_attributes(span: trace.Span, kind: str, tier: str | None) -> None:

@@ -63,31 +63,53 @@ def _event(chunk: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
-def stream_events(served: Served, model: str, route: str, include_usage: bool) -> Iterator[bytes]:
-    """The SSE events of one answer, `data: [DONE]` last."""
-    chat = route == "chat"
-    head = {
-        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": int(time.time()), "model": model,
-    }  # fmt: skip
+class LiveStream:
+    """The SSE events of one answer, as it comes: `opening`, a `piece` per text delta, then
+    `closing` (finish reason, usage, `[DONE]`) or `error`."""
 
-    def choice(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
-        if not chat:
+    def __init__(self, model: str, route: str) -> None:
+        self.chat = route == "chat"
+        self.head = {
+            "id": f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": int(time.time()), "model": model,
+        }  # fmt: skip
+
+    def _choice(self, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        if not self.chat:
             return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
         delta: dict[str, Any] = {"role": "assistant"} if role else {}
         if text is not None:
             delta["content"] = text
         return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
 
-    if chat:
-        yield _event({**head, "choices": [choice("", None, role=True)]})
+    def opening(self) -> list[bytes]:
+        return [_event({**self.head, "choices": [self._choice("", None, role=True)]})] if (
+            self.chat
+        ) else []  # fmt: skip
+
+    def piece(self, text: str) -> bytes:
+        return _event({**self.head, "choices": [self._choice(text, None)]})
+
+    def closing(self, served: Served, include_usage: bool) -> list[bytes]:
+        finish = self._choice(None if self.chat else "", served.finish_reason)
+        events = [_event({**self.head, "choices": [finish]})]
+        if include_usage:
+            events.append(_event({**self.head, "choices": [], "usage": usage(served)}))
+        return [*events, DONE]
+
+    def error(self, error: GatewayError) -> list[bytes]:
+        """A failure after the stream began (the status was already sent): an error event."""
+        return [b"data: " + orjson.dumps(error_body(error)) + b"\n\n", DONE]
+
+
+def stream_events(served: Served, model: str, route: str, include_usage: bool) -> Iterator[bytes]:
+    """The SSE events of a whole answer (a cache hit, or an upstream's), in word pieces."""
+    stream = LiveStream(model, route)
+    yield from stream.opening()
     for piece in pieces(served.text):
-        yield _event({**head, "choices": [choice(piece, None)]})
-    yield _event({**head, "choices": [choice(None if chat else "", served.finish_reason)]})
-    if include_usage:
-        yield _event({**head, "choices": [], "usage": usage(served)})
-    yield DONE
+        yield stream.piece(piece)
+    yield from stream.closing(served, include_usage)
 
 
 def embeddings_body(vectors: list[list[float] | str], model: str, tokens: int) -> dict[str, Any]:

@@ -10,7 +10,9 @@
   server applies a chat template the gateway does not know: two message lists that render
   alike here may not there).
 
-Both answer non-streaming; the gateway streams the finished text (see `openai_format`).
+The in-process model streams: `generate(..., listener=...)` hears each token's text as it is
+decoded (`streaming.py`), stop sequences applied as it goes; the upstream server answers whole
+(its text is then streamed in word pieces, `openai_format`).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ import orjson
 
 from cache_runtime.prefix_hash import chain_block_hashes, token_blocks
 from flows.gateway.schemas import GatewayError, Message, bad_request
+from flows.gateway.streaming import StopScanner
 from flows.gateway.validity import Decoding, check_in_process
 
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
-    from models.llm.backends import HFBackend
+    from models.llm.backends import DecodeListener, HFBackend
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,15 @@ class Runner(Protocol):
         self, route: str, prompt: str | None, messages: list[Message] | None, decoding: Decoding
     ) -> Job: ...
 
-    def generate(self, job: Job, cache: HybridCache | None, tenant: str) -> Generation: ...
+    def generate(
+        self,
+        job: Job,
+        cache: HybridCache | None,
+        tenant: str,
+        listener: DecodeListener | None = None,
+    ) -> Generation:
+        """The answer; `listener`, if given and the runner streams, hears it as it is decoded."""
+        ...
 
     def tokens(self, text: str) -> list[int] | None: ...
 
@@ -145,15 +156,25 @@ class InProcessRunner:
         assert prompt is not None
         return Job(route, prompt, prompt, decoding, None, prompt)
 
-    def generate(self, job: Job, cache: HybridCache | None, tenant: str) -> Generation:
+    def generate(
+        self,
+        job: Job,
+        cache: HybridCache | None,
+        tenant: str,
+        listener: DecodeListener | None = None,
+    ) -> Generation:
         d = job.decoding
+        scanner = StopScanner(listener, d.stop) if listener is not None else None
         try:
             done = self.backend.complete(
-                job.key_text, d.max_tokens, d.temperature, cache, tenant, d.seed, job.session
-            )
+                job.key_text, d.max_tokens, d.temperature, cache, tenant, d.seed, job.session,
+                scanner,
+            )  # fmt: skip
         except ValueError as error:
             raise bad_request(str(error), "prompt") from None
         text, finish = apply_stop(done.text, d.stop, done.finish_reason)
+        if scanner is not None:
+            scanner.finish(text)  # raises GenerationCancelled if the listener stopped it
         return Generation(
             text, finish, done.prompt_tokens, done.completion_tokens, done.cached_tokens
         )
@@ -197,7 +218,13 @@ class UpstreamRunner:
         question, context = chat_parts(messages)
         return Job(route, key, plain_chat(messages), decoding, sent, question, context)
 
-    def generate(self, job: Job, cache: HybridCache | None, tenant: str) -> Generation:
+    def generate(
+        self,
+        job: Job,
+        cache: HybridCache | None,
+        tenant: str,
+        listener: DecodeListener | None = None,
+    ) -> Generation:
         d = job.decoding
         body: dict[str, Any] = {
             **d.extra, "model": self.model_id, "max_tokens": d.max_tokens,

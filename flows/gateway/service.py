@@ -39,9 +39,23 @@ if TYPE_CHECKING:
     from flows.gateway.embeddings import EmbeddingService
     from flows.gateway.metrics import GatewayMetrics
     from flows.gateway.signals import Signals
+    from flows.gateway.streaming import AnswerSink
 
 log = logging.getLogger(__name__)
 OPT_OUT_VALUES = frozenset({"off", "bypass", "no-store", "false", "0"})
+
+
+class _CanarySink:
+    """A control-group request's stream says `canary`, as its non-streamed answer does."""
+
+    def __init__(self, sink: AnswerSink) -> None:
+        self._sink = sink
+
+    def begin(self, outcome: str, key: str | None) -> None:
+        self._sink.begin("canary", key)
+
+    def text(self, delta: str) -> bool:
+        return self._sink.text(delta)
 
 
 def opted_out(body_cache: bool, header: str | None) -> bool:
@@ -106,10 +120,12 @@ class Gateway:
         tenant: str,
         header: str | None,
         session: str | None = None,
+        sink: AnswerSink | None = None,
     ) -> Served:
         """Answer through the chain; a `canary_share` of the requests that would use the cache
         form the control group, answered with the cache off (outcome `canary`). `session`:
-        the `x-preheat-session` header (see `end_session`)."""
+        the `x-preheat-session` header (see `end_session`); `sink`: a streamed request's
+        (`Chain.serve`)."""
         started = time.perf_counter()
         if session is not None and not re.fullmatch(SESSION_ID, session):
             raise bad_request(
@@ -118,7 +134,9 @@ class Gateway:
         job = replace(self.job(route, request), session=session)
         eligible = not opted_out(request.cache, header)
         canary = eligible and self.signals.canary_draw()
-        served = self.chain.serve(tenant, job, eligible and not canary)
+        if canary and sink is not None:
+            sink = _CanarySink(sink)
+        served = self.chain.serve(tenant, job, eligible and not canary, sink)
         if canary:
             served = replace(served, outcome="canary")
         ids = self._prompt_ids(job, served)

@@ -20,6 +20,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -83,6 +84,18 @@ class WarmupBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class DecodeListener(Protocol):
+    """What a streaming caller hears of one completion (`HFBackend.complete`)."""
+
+    def started(self, cached_tokens: int) -> None:
+        """Prefill is done (`cached_tokens` of the prompt came from the cache)."""
+        ...
+
+    def text(self, delta: str) -> bool:
+        """The text the latest token added; False stops the generation."""
+        ...
 
 
 @dataclass
@@ -254,10 +267,13 @@ class HFBackend:
         tenant: str = "default",
         seed: int | None = None,
         session: str | None = None,
+        listener: DecodeListener | None = None,
     ) -> Completion:
         """Serve one completion, reusing and filling `cache`'s KV pages for its prompt.
         `session`: the application's conversation id, if any: its pages count as read by it
-        (`HybridCache.end_session` cools those no other conversation read).
+        (`HybridCache.end_session` cools those no other conversation read). `listener`: told
+        when decoding starts and given the text as each token is decoded (streaming); it
+        ends the generation early by returning False (finish reason "stop").
 
         Raises:
             ValueError: empty prompt, or prompt plus `max_tokens` beyond the context.
@@ -270,7 +286,11 @@ class HFBackend:
             )
         with self._lock:
             prefill = self._prefill(tenant, tokens, cache, need_logits=True, session=session)
-            ids, finish = self._generate(prefill, max_tokens, temperature, seed)
+            on_ids = None
+            if listener is not None:
+                listener.started(prefill.cached_tokens)
+                on_ids = self._text_deltas(listener)
+            ids, finish = self._generate(prefill, max_tokens, temperature, seed, on_ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Completion(
             text, len(tokens), len(ids), prefill.cached_tokens, prefill.pages_stored, finish
@@ -323,10 +343,33 @@ class HFBackend:
                 cache.sessions.read_anonymously(tenant, read)
         return _Prefill(reused, stored, out.cache, out.logits[:, -1])
 
+    def _text_deltas(self, listener: DecodeListener) -> Callable[[list[int]], bool]:
+        """`on_ids` for `_generate`: the text the new token adds, to `listener.text`. The ids so
+        far are decoded whole (a token may complete a character the previous one began:
+        decoding tokens one by one would split it); a trailing replacement character waits
+        for the token that completes it."""
+        sent = 0
+
+        def on_ids(ids: list[int]) -> bool:
+            nonlocal sent
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            if text.endswith("\ufffd"):
+                return True
+            delta, sent = text[sent:], len(text)
+            return listener.text(delta) if delta else True
+
+        return on_ids
+
     def _generate(
-        self, prefill: _Prefill, max_tokens: int, temperature: float, seed: int | None
+        self,
+        prefill: _Prefill,
+        max_tokens: int,
+        temperature: float,
+        seed: int | None,
+        on_ids: Callable[[list[int]], bool] | None = None,
     ) -> tuple[list[int], str]:
-        """Greedy (temperature 0) or sampled decoding from a prefill, one token per step.
+        """Greedy (temperature 0) or sampled decoding from a prefill, one token per step;
+        `on_ids(ids so far)` after each token (False ends it: finish reason "stop").
 
         A plain loop rather than `model.generate`: the prefill's cache and logits are reused
         as they are, and there is no generation config to reconcile.
@@ -346,7 +389,7 @@ class HFBackend:
                 else:
                     token = int(logits.argmax(dim=-1))
                 ids.append(token)
-                if token in self._eos:
+                if token in self._eos or (on_ids is not None and not on_ids(ids)):
                     return ids, "stop"
                 if step + 1 < max_tokens:
                     step_ids = torch.tensor([[token]], device=self.device)

@@ -202,6 +202,55 @@ def test_a_streamed_miss_is_stored(gw: Running) -> None:
     assert answer.choices[0].message.content == text != ""
 
 
+def test_a_streamed_miss_arrives_token_by_token_and_is_stored_whole(gw: Running) -> None:
+    """The model's text goes out as it is decoded (a chunk per token or so, not the finished
+    answer cut in pieces), and the same answer, whole, is what the next request gets."""
+    content = unique("Summarise the terms of a fixed-rate savings bond.")
+    stream_source, text, chunks = streamed_chat(gw, content, max_tokens=60)
+    source, answer = chat(gw, content, max_tokens=60)
+
+    assert stream_source == "miss" and source == "exact-memory"
+    assert answer.choices[0].message.content == text != ""
+    contents = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
+    assert len(contents) >= 20  # one per decoded token, give or take a character's bytes
+    assert chunks[-1].choices[0].finish_reason == answer.choices[0].finish_reason
+
+
+def test_a_stop_sequence_ends_a_stream_where_a_plain_answer_ends(gw: Running) -> None:
+    content = unique("Describe the steps of a loan application.")
+    _, whole = chat(gw, content, max_tokens=40)
+    full = whole.choices[0].message.content
+    stop = full[len(full) // 2 : len(full) // 2 + 3]  # somewhere in the middle
+    assert stop and full.find(stop) > 0
+    source, text, chunks = streamed_chat(gw, content, max_tokens=40, stop=[stop])
+    _, plain = chat(gw, content, max_tokens=40, stop=[stop])
+
+    assert source in MODEL_ANSWERED  # another variant: its own answer, decoded as it streams
+    assert text == full[: full.find(stop)] == plain.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_a_client_that_leaves_mid_stream_stops_the_model_and_nothing_is_stored(
+    gw: Running,
+) -> None:
+    content = unique("Write out the full fee schedule for every account type.")
+    body = {"model": gw.model, "messages": [{"role": "user", "content": content}],
+            "temperature": 0, "max_tokens": 400, "stream": True}  # fmt: skip
+    headers = {"Authorization": "Bearer sk-acme-1"}
+    with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, headers=headers,
+                      timeout=30) as reply:  # fmt: skip
+        assert reply.headers[CACHE_HEADER] == "miss"
+        for line in reply.iter_lines():
+            if '"content":' in line and '"content":""' not in line:
+                break  # the first decoded text: leave
+    # the model stopped: the next request is answered (the model's lock is free) and the
+    # abandoned answer, incomplete, was not stored
+    source, answer = chat(gw, content, max_tokens=400)
+    assert source in MODEL_ANSWERED and answer.choices[0].message.content is not None
+
+
 def test_streamed_completions_end_with_done(gw: Running) -> None:
     prompt = unique("List the documents needed for a mortgage application.")
     _, plain = complete(gw, prompt)
