@@ -33,9 +33,11 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from flows.gateway import openai_format as fmt
 from flows.gateway.embeddings import encoded
+from flows.gateway.limits import BodyLimit
 from flows.gateway.metrics import exposition
 from flows.gateway.resources import build_gateway
 from flows.gateway.schemas import (
@@ -51,6 +53,7 @@ from flows.gateway.schemas import (
 from flows.gateway.service import opted_out
 from flows.gateway.streaming import StreamSink
 from flows.warmup.execute import EMBEDDING_MODEL_ID
+from models.templates.embeddings import DIMENSIONS
 
 if TYPE_CHECKING:
     from flows.gateway.chain import Served
@@ -82,7 +85,19 @@ def create_app(config: GatewayConfig, **inject: Any) -> FastAPI:
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, error: GatewayError) -> Response:
-        return _json(fmt.error_body(error), error.status)
+        return _json(fmt.error_body(error), error.status, error.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> Response:
+        """404, 405 and the rest of what the router answers itself, in OpenAI's shape."""
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "error")
+        message = {404: f"no route {request.url.path}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(
+            error.status_code, str(error.detail))  # fmt: skip
+        found = GatewayError(error.status_code, message, kind, None, dict(error.headers or {}))
+        return _json(fmt.error_body(found), found.status, found.headers)
+
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
 
     _generation_routes(app, gateway)
     _other_routes(app, gateway)
@@ -96,14 +111,24 @@ def _json(
 
 
 def _parse(model: type[_Body], raw: bytes) -> _Body:
+    """The body as `model`, or a 400 naming the request's own parameter (`messages`, not
+    pydantic's `messages.0.content.str`) and where in it the problem is."""
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as error:
         first = error.errors()[0] if error.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise bad_request(
-            f"{where}: {first.get('msg', 'invalid request')}", where or None
-        ) from None
+        if first.get("type") == "json_invalid":
+            raise bad_request(f"the body is not valid JSON: {first.get('msg', '')}") from None
+        path = [str(p) for p in first.get("loc", ()) if not _union_branch(p)]
+        param = path[0] if path else None
+        where = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in path).lstrip(".")
+        message = first.get("msg", "invalid value")
+        raise bad_request(f"{where}: {message}" if where else message, param) from None
+
+
+def _union_branch(part: object) -> bool:
+    """A `loc` element pydantic adds for the branch of a union it tried (`str`, `list[...]`)."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
 
 
 def _timed(
@@ -145,14 +170,23 @@ def _generation_routes(app: FastAPI, gateway: Gateway) -> None:
             body = _parse(model, await request.body())
             args = (route, body, tenant, request.headers.get(CACHE_HEADER),
                     request.headers.get(SESSION_HEADER))  # fmt: skip
-            if body.stream:
-                sink = StreamSink(asyncio.get_running_loop())
-                work = asyncio.ensure_future(run_in_threadpool(gateway.generate, *args, sink))
-                if await sink.began(work):  # the model is decoding: stream it as it goes
-                    return _live_stream(gateway, route, body, sink, work), str(sink.outcome)
-                served = await work  # answered whole (a cache hit), or failed before decoding
-            else:
-                served = await run_in_threadpool(gateway.generate, *args)
+            await gateway.slots.acquire(tenant)  # 429 when the tenant's queue is full
+            held = True
+            try:
+                if body.stream:
+                    sink = StreamSink(asyncio.get_running_loop())
+                    work = asyncio.ensure_future(run_in_threadpool(gateway.generate, *args, sink))
+                    if await sink.began(work):  # the model is decoding: stream it as it goes
+                        held = False  # the stream releases the slot when it ends
+                        release = lambda: gateway.slots.release(tenant)  # noqa: E731
+                        stream = _live_stream(gateway, route, body, sink, work, release)
+                        return stream, str(sink.outcome)
+                    served = await work  # answered whole (a cache hit), or failed before decoding
+                else:
+                    served = await run_in_threadpool(gateway.generate, *args)
+            finally:
+                if held:
+                    gateway.slots.release(tenant)
             headers = {CACHE_HEADER: served.outcome}
             if served.key is not None:
                 headers[KEY_HEADER] = served.key
@@ -181,6 +215,7 @@ def _live_stream(
     body: GenerationRequest,
     sink: StreamSink,
     work: asyncio.Future[Served],
+    release: Callable[[], None],
 ) -> StreamingResponse:
     """The SSE response of an answer the model is decoding now (`streaming.py`)."""
     usage = body.stream_options is not None and body.stream_options.include_usage
@@ -206,6 +241,7 @@ def _live_stream(
                 yield event
         finally:
             sink.cancel()  # the client went away, or all was sent: the model stops either way
+            release()
 
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
@@ -219,9 +255,14 @@ def _other_routes(app: FastAPI, gateway: Gateway) -> None:
             if body.model != EMBEDDING_MODEL_ID:
                 raise GatewayError(404, f"The model `{body.model}` does not exist.",
                                    "model_not_found", "model")  # fmt: skip
-            texts = body.texts()
-            use_cache = not opted_out(body.cache, request.headers.get(CACHE_HEADER))
+            if body.dimensions is not None and body.dimensions != DIMENSIONS:
+                raise bad_request(  # MiniLM is not trained to be cut: no shorter vectors
+                    f"dimensions: {EMBEDDING_MODEL_ID} gives {DIMENSIONS} dimensions only",
+                    "dimensions",
+                )  # fmt: skip
             assert gateway.embeddings is not None
+            texts = body.texts(gateway.embeddings.decode)
+            use_cache = not opted_out(body.cache, request.headers.get(CACHE_HEADER))
             started = time.perf_counter()
             done = await run_in_threadpool(gateway.embeddings.embed, tenant, texts, use_cache)
             gateway.record(gateway.signals.embeddings, tenant, texts, done.outcomes, done.encode_s)
@@ -233,14 +274,25 @@ def _other_routes(app: FastAPI, gateway: Gateway) -> None:
 
         return await _timed(gateway, "embeddings", handle)()
 
-    @app.get("/v1/models")
-    async def models(request: Request) -> Response:
-        gateway.tenant(request.headers.get("authorization"))
-        cards = [
+    def cards() -> list[dict[str, Any]]:
+        return [
             {"id": name, "object": "model", "created": 0, "owned_by": "preheat"}
             for name in (gateway.served_model, EMBEDDING_MODEL_ID)
         ]
-        return _json({"object": "list", "data": cards})
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        gateway.tenant(request.headers.get("authorization"))
+        return _json({"object": "list", "data": cards()})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str, request: Request) -> Response:
+        gateway.tenant(request.headers.get("authorization"))
+        for card in cards():
+            if card["id"] == model_id:
+                return _json(card)
+        raise GatewayError(404, f"The model `{model_id}` does not exist.", "model_not_found",
+                           "model")  # fmt: skip
 
     @app.post("/v1/sessions/end")
     async def end_session(request: Request) -> Response:

@@ -67,6 +67,11 @@ class GatewayConfig(BaseSettings):
         forecast_window_s / forecast_refresh_s: the MAPE's window; how often it is reloaded.
         refresh_s: how often warm-up ledgers (attribution, cost) are read (0: only on demand,
             `app.state.gateway.signals.refresh()`).
+        max_body_bytes: larger request bodies get 413 before they are read (`limits.py`).
+        tenant_concurrency / tenant_queue / retry_after_s: generation requests of one tenant
+            running at once, waiting beyond those, and the `Retry-After` of the 429 past both.
+        max_embedding_inputs / max_embedding_input_chars: per embeddings request, and per input
+            (besides the encoder's own limit of 256 word pieces): 400 beyond, never a cut.
     """
 
     model_config = SettingsConfigDict(env_prefix="PREHEAT_GATEWAY_", extra="forbid")
@@ -112,6 +117,12 @@ class GatewayConfig(BaseSettings):
     forecast_window_s: float = Field(default=3_600.0, gt=0)
     forecast_refresh_s: float = Field(default=600.0, gt=0)
     refresh_s: float = Field(default=30.0, ge=0)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    tenant_concurrency: int = Field(default=2, ge=1)
+    tenant_queue: int = Field(default=8, ge=0)
+    retry_after_s: int = Field(default=1, ge=1)
+    max_embedding_inputs: int = Field(default=256, ge=1, le=2048)
+    max_embedding_input_chars: int = Field(default=8192, ge=1)
 
     @model_validator(mode="after")
     def _backend_complete(self) -> GatewayConfig:

@@ -19,8 +19,11 @@ import numpy as np
 from opentelemetry import trace
 
 from cache_runtime.keys import EmbeddingKey
+from flows.gateway.schemas import bad_request
 from flows.warmup.execute import EMBEDDING_MODEL_ID
 from models.templates.embeddings import DIMENSIONS
+
+MAX_WORD_PIECES = 256  # MiniLM's max_seq_length, special tokens included: it cuts the rest
 
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
@@ -72,11 +75,52 @@ class EmbeddingService:
         encode: Encode,
         count: Callable[[list[str]], list[int]],
         tracer: trace.Tracer | None = None,
+        max_inputs: int = 256,
+        max_input_chars: int = 8192,
     ) -> None:
+        """`max_inputs` per request, `max_input_chars` per input, and `MAX_WORD_PIECES` (what
+        MiniLM reads: a longer input would be cut silently) are refused with a 400."""
         self.cache, self.encode, self.count = cache, encode, count
         self.tracer = tracer or trace.NoOpTracer()
+        self.max_inputs, self.max_input_chars = max_inputs, max_input_chars
+
+    def decode(self, ids: list[int]) -> str:
+        """A token array of the encoder's tokenizer, as text (OpenAI accepts token input)."""
+        decode = getattr(self.encode, "__self__", None)
+        if not isinstance(decode, MiniLM):
+            raise bad_request("token arrays need the in-process MiniLM", "input")
+        try:
+            return str(decode.model().tokenizer.decode(ids, skip_special_tokens=True))
+        except (OverflowError, ValueError, TypeError, IndexError) as error:
+            raise bad_request(f"input: not token ids of {EMBEDDING_MODEL_ID} ({error})",
+                              "input") from None  # fmt: skip
+
+    def check(self, texts: list[str]) -> list[int]:
+        """Each input's word pieces, after refusing what is over a limit (before any encoding).
+
+        Raises:
+            GatewayError: 400 naming `input`: too many inputs, or one too long."""
+        if len(texts) > self.max_inputs:
+            raise bad_request(
+                f"{len(texts)} inputs: at most {self.max_inputs} per request", "input"
+            )
+        for i, text in enumerate(texts):
+            if len(text) > self.max_input_chars:
+                raise bad_request(
+                    f"input {i} has {len(text)} characters: at most {self.max_input_chars}",
+                    "input",
+                )
+        counts = list(self.count(texts))
+        for i, pieces in enumerate(counts):
+            if pieces > MAX_WORD_PIECES:
+                raise bad_request(
+                    f"input {i} is {pieces} word pieces: the encoder reads at most "
+                    f"{MAX_WORD_PIECES} (it would be cut; send it in parts)", "input",
+                )  # fmt: skip
+        return counts
 
     def embed(self, tenant: str, texts: list[str], use_cache: bool) -> Embedded:
+        counts = self.check(texts)
         vectors = np.zeros((len(texts), DIMENSIONS), dtype="<f4")
         outcomes = ["bypass" if not use_cache else "miss"] * len(texts)
         keys = [EmbeddingKey.of(tenant, EMBEDDING_MODEL_ID, t) for t in texts]
@@ -93,7 +137,7 @@ class EmbeddingService:
             if use_cache:
                 for row, i in enumerate(missing):
                     self.cache.put(keys[i], fresh[row].tobytes())
-        return Embedded(vectors, outcomes, self.count(texts), encode_s)
+        return Embedded(vectors, outcomes, counts, encode_s)
 
     def _lookup(
         self, keys: list[EmbeddingKey], vectors: np.ndarray, outcomes: list[str]

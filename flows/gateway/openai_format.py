@@ -120,6 +120,16 @@ def embeddings_body(vectors: list[list[float] | str], model: str, tokens: int) -
     }  # fmt: skip
 
 
+# OpenAI's error `type` by status; `code` is the specific reason (a string, or null)
+_ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error",
+                502: "server_error", 503: "server_error"}  # fmt: skip
+
+
 def error_body(error: GatewayError) -> dict[str, Any]:
-    return {"error": {"message": error.message, "type": error.kind, "param": error.param,
-                      "code": error.status}}  # fmt: skip
+    """`{"error": {"message", "type", "param", "code"}}` as OpenAI sends it."""
+    kind = _ERROR_TYPES.get(error.status) or (
+        "invalid_request_error" if error.status < 500 else "server_error"
+    )  # fmt: skip
+    code = None if error.kind == kind else error.kind
+    return {"error": {"message": error.message, "type": kind, "param": error.param,
+                      "code": code}}  # fmt: skip

@@ -21,6 +21,7 @@ from flows import telemetry
 from flows.gateway.auth import KeyRing
 from flows.gateway.chain import Chain
 from flows.gateway.embeddings import EmbeddingService, MiniLM
+from flows.gateway.limits import TenantSlots
 from flows.gateway.metrics import GatewayMetrics
 from flows.gateway.runners import InProcessRunner, Runner, UpstreamRunner
 from flows.gateway.semantic import SemanticLayer
@@ -193,10 +194,14 @@ def build_gateway(
     if forecast_loader is not None or config.forecast:
         signals.forecast_loader = forecast_loader or champion_forecast(config)
     chain = Chain(runner, cache, signals, semantic, config.response_ttl_s, tracer, templates)
-    embeddings = EmbeddingService(cache, minilm.encode, minilm.count, tracer)
+    embeddings = EmbeddingService(
+        cache, minilm.encode, minilm.count, tracer,
+        config.max_embedding_inputs, config.max_embedding_input_chars,
+    )  # fmt: skip
+    slots = TenantSlots(config.tenant_concurrency, config.tenant_queue, config.retry_after_s)
     gateway = Gateway(
         keys, chain, cache, signals, config.served_model or runner.model_id,
-        config.default_max_tokens, embeddings, producer, closers, tracer,
+        config.default_max_tokens, embeddings, producer, closers, tracer, slots,
     )  # fmt: skip
     signals.ready(began)
     if config.refresh_s > 0:

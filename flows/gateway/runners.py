@@ -170,14 +170,16 @@ class InProcessRunner:
                 job.key_text, d.max_tokens, d.temperature, cache, tenant, d.seed, job.session,
                 scanner,
             )  # fmt: skip
-        except ValueError as error:
-            raise bad_request(str(error), "prompt") from None
+        except ValueError as error:  # over the context: name what the client can change
+            too_long = d.max_tokens >= self.backend.context_tokens
+            param = "max_tokens" if too_long else "messages" if job.route == "chat" else "prompt"
+            raise bad_request(str(error), param) from None
         text, finish = apply_stop(done.text, d.stop, done.finish_reason)
         if scanner is not None:
             scanner.finish(text)  # raises GenerationCancelled if the listener stopped it
-        return Generation(
-            text, finish, done.prompt_tokens, done.completion_tokens, done.cached_tokens
-        )
+        # usage counts what is returned: a stop sequence cut the text, so its tokens are counted
+        completion = done.completion_tokens if text == done.text else len(self.tokens(text))
+        return Generation(text, finish, done.prompt_tokens, completion, done.cached_tokens)
 
     def tokens(self, text: str) -> list[int] | None:
         return self.backend.encode(text)

@@ -9,17 +9,26 @@ to a different request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 
 class GatewayError(Exception):
     """A request the gateway answers with an OpenAI-shaped error body and this HTTP status."""
 
-    def __init__(self, status: int, message: str, kind: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.kind, self.param = status, message, kind, param
+        self.headers = headers or {}
 
 
 def bad_request(message: str, param: str | None = None) -> GatewayError:
@@ -27,12 +36,19 @@ def bad_request(message: str, param: str | None = None) -> GatewayError:
 
 
 class Message(BaseModel):
-    """A chat message; `content` as a string or as text parts (other part types are refused)."""
+    """A chat message; `content` as a string or as text parts (other part types are refused).
+    Roles as OpenAI's; only an assistant turn may come without content (its tool calls)."""
 
     model_config = ConfigDict(extra="allow")
 
-    role: str = Field(min_length=1)
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _has_content(self) -> Message:
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"a {self.role} message needs content (a string or text parts)")
+        return self
 
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
@@ -63,10 +79,10 @@ class GenerationRequest(BaseModel):
     n: int = Field(1, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = None
-    stream: bool = False
+    stream: StrictBool = False  # "yes" is no boolean: refused, as OpenAI does
     stream_options: StreamOptions | None = None
     user: str | None = None  # metadata only: never the tenant
-    cache: bool = True  # `extra_body={"cache": False}` opts this request out of caching
+    cache: StrictBool = True  # `extra_body={"cache": False}` opts this request out of caching
 
     def extras(self) -> dict[str, Any]:
         """Fields this model does not declare, with a value (None counts as absent)."""
@@ -93,17 +109,26 @@ class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str
-    input: str | list[str]
+    # text, texts, one token array or several (of the encoder's own tokenizer, as OpenAI's)
+    input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None
-    cache: bool = True
+    cache: StrictBool = True
 
-    def texts(self) -> list[str]:
-        texts = [self.input] if isinstance(self.input, str) else list(self.input)
-        if not texts or any(not t for t in texts):
+    def texts(self, decode: Callable[[list[int]], str] | None = None) -> list[str]:
+        """The inputs as texts; token arrays decoded with `decode` (the encoder's tokenizer)."""
+        raw = self.input
+        if isinstance(raw, list) and raw and all(isinstance(t, int) for t in raw):
+            raw = [raw]  # one token array
+        items = [raw] if isinstance(raw, str) else list(raw)
+        if not items or any(not t for t in items):
             raise bad_request("input must be a non-empty string or list of them", "input")
-        return texts
+        if any(not isinstance(t, str) for t in items):
+            if decode is None:
+                raise bad_request("token arrays are not accepted here", "input")
+            items = [t if isinstance(t, str) else decode(t) for t in items]  # type: ignore[arg-type]
+        return [str(t) for t in items]
 
 
 class InvalidateRequest(BaseModel):

@@ -20,6 +20,7 @@ from cache_runtime.generations import GenerationsUnavailable
 from cache_runtime.keys import parse_key
 from flows.gateway.auth import KeyRing, Principal, bearer
 from flows.gateway.chain import Chain, Served
+from flows.gateway.limits import TenantSlots
 from flows.gateway.runners import Job, prefix_hashes
 from flows.gateway.schemas import (
     SESSION_ID,
@@ -75,6 +76,7 @@ class Gateway:
     producer: RequestLogProducer | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
     tracer: trace.Tracer = field(default_factory=trace.NoOpTracer)
+    slots: TenantSlots = field(default_factory=lambda: TenantSlots(2, 8))  # see `limits.py`
 
     @property
     def metrics(self) -> GatewayMetrics:

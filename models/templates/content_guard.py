@@ -18,9 +18,11 @@ everything else that carries meaning, by lexical alignment over normalised words
 3. Direction: around "to", "into", "from", "than", "vs" the nearest content words on each side
    form an ordered pair, and one prompt's (x, y) against the other's (y, x) vetoes ("convert
    USD to EUR" / "convert EUR to USD", "is gold better than silver" / "silver better than gold").
-   And two content words that trade places while every other one stays where it was veto too
+   Two content words that trade places while every other one stays where it was veto too
    ("send USD and have it arrive as GBP" / "send GBP ... as USD"): a paraphrase moves phrases,
-   a swap of two roles keeps the sentence and exchanges its actors.
+   a swap of two roles keeps the sentence and exchanges its actors. And the question words, where
+   both prompts have one, must agree ("when" / "where did the war begin"; "how many" and
+   "what is the number of" are one after step 1).
 
 Like the other guards it only ever vetoes: a false veto costs a model call, a missed one serves a
 wrong answer. Its price is recall on paraphrases that change content words ("reset" / "change
@@ -62,6 +64,10 @@ _FUNCTION_TEXT = (
     " explain"
 )
 _FUNCTION_WORDS = frozenset(_FUNCTION_TEXT.split())
+# what a question asks for: "when" and "where did the war begin" are different questions
+_QUESTION_WORDS = {"who": "who", "whom": "who", "whose": "whose", "what": "what",
+                   "whats": "what", "which": "what", "when": "when", "where": "where",
+                   "why": "why", "how": "how"}  # fmt: skip
 # (word, its canonical form): paraphrases seen in questions, general and banking
 _SYNONYMS = {
     "film": "movie", "biggest": "largest", "start": "begin", "started": "begin",
@@ -127,6 +133,11 @@ def _swapped(a: list[str], b: list[str]) -> bool:
     return len(diffs) == 2 and a[diffs[0]] == b[diffs[1]] and a[diffs[1]] == b[diffs[0]]
 
 
+def question_words(text: str) -> frozenset[str]:
+    """What the question asks for ("what" and "which" alike), after the phrase rewrites."""
+    return frozenset(_QUESTION_WORDS[w] for w in _words(text) if w in _QUESTION_WORDS)
+
+
 def directions(text: str) -> set[tuple[str, str]]:
     """(content word before, content word after) around each connector (step 3)."""
     words = _words(text)
@@ -171,6 +182,9 @@ def content_words_agree(a: str, b: str, read_elsewhere: frozenset[str] = frozens
         if match is None:
             return False
         only_b.remove(match)
+    asks_a, asks_b = question_words(a), question_words(b)
+    if asks_a and asks_b and asks_a != asks_b:  # (a request without one, "tell me X", passes)
+        return False
     forward = directions(a)
     if any((y, x) in forward for x, y in directions(b) if x != y):
         return False

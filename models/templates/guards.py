@@ -259,18 +259,19 @@ EXTRACTORS: dict[str, Callable[[str], Counter[str]]] = {
 }
 
 
-def guard_violations(a: str, b: str) -> list[str]:
+def guard_violations(a: str, b: str, content: bool = True) -> list[str]:
     """The guard categories whose entities differ between `a` and `b` (empty: they may share an
-    answer). Tickers are compared symmetrically (see the module docstring)."""
+    answer). Tickers are compared symmetrically (see the module docstring). `content=False`
+    leaves the content-word guard out (calibration: see `SemanticCache.decision_score`)."""
     failed = [name for name, extract in EXTRACTORS.items() if extract(a) != extract(b)]
     candidates = {c.lower() for c in _ticker_candidates(a) | _ticker_candidates(b)}
     if candidates and _word_counts(a, candidates) != _word_counts(b, candidates):
         failed.insert(CATEGORIES.index("ticker"), "ticker")
-    if not content_words_agree(a, b, _READ_HERE):
+    if content and not content_words_agree(a, b, _READ_HERE):
         failed.append("content")
     return failed
 
 
-def guards_pass(a: str, b: str) -> bool:
+def guards_pass(a: str, b: str, content: bool = True) -> bool:
     """True when no guard tells `a` and `b` apart."""
-    return not guard_violations(a, b)
+    return not guard_violations(a, b, content)

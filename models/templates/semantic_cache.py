@@ -213,9 +213,16 @@ class SemanticCache:
         return None
 
     def decision_score(self, a: str, b: str) -> float:
-        """What calibration ranks: the cosine of the normalised prompts, or `VETOED` when a guard
-        tells them apart. A hit needs this at or above the threshold (and a shared bucket)."""
-        if self.use_guards and not guards_pass(a, b):
+        """What calibration ranks: the cosine of the normalised prompts, or `VETOED` when an
+        entity guard tells them apart. A hit needs this at or above the threshold (and a shared
+        bucket, and the content-word guard's agreement).
+
+        The content-word guard is left out here on purpose: it vetoes nearly every negative of
+        the labelled pairs, and calibrating with it drove the threshold to the bottom (any cosine
+        at all once the words agree), leaving the embedding no say. Calibrated without it, the
+        threshold is the embedding's own 1% operating point and the content guard an extra,
+        independent veto on top: the estimated false-hit rate is then an upper bound."""
+        if self.use_guards and not guards_pass(a, b, content=False):
             return VETOED
         va, vb = self.embedder.embed([normalise(a), normalise(b)])
         return float(va @ vb)

@@ -898,3 +898,72 @@ def test_a_failing_metric_never_fails_the_request(
     assert len(embedded.data[0].embedding) == 384
     after = signals.metrics.value("preheat_gateway_degraded_total", component="metrics")
     assert after == before + 2
+
+
+# -- limits ---------------------------------------------------------------------------------------
+
+
+def test_oversized_requests_are_refused_before_any_work_with_the_parameter_named(
+    gw: Running,
+) -> None:
+    headers = {"Authorization": "Bearer sk-acme-1", "content-type": "application/json"}
+    huge = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * (2 << 20) + b'"}]}'
+    reply = httpx.post(f"{gw.url}/v1/chat/completions", content=huge, headers=headers)
+    assert reply.status_code == 413 and reply.json()["error"]["code"] == "request_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: refused as the bytes pass the limit
+        yield huge[: 1 << 20]
+        yield huge[1 << 20 :]
+
+    streamed = httpx.post(f"{gw.url}/v1/chat/completions", content=chunks(), headers=headers)
+    assert streamed.status_code == 413
+
+    client = gw.client()
+    with pytest.raises(openai.BadRequestError) as too_many:
+        client.chat.completions.create(
+            model=gw.model, messages=[{"role": "user", "content": "hi"}], max_tokens=10**6,
+            temperature=0,
+        )  # fmt: skip
+    assert too_many.value.body["param"] == "max_tokens"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as inputs:
+        client.embeddings.create(model=EMBEDDING_MODEL, input=["a"] * 300)
+    assert inputs.value.body["param"] == "input"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError, match="word pieces"):
+        client.embeddings.create(model=EMBEDDING_MODEL, input="word " * 400)
+
+
+def test_a_tenant_over_its_slots_gets_429_with_retry_after_and_others_are_served(
+    backend: Any, minilm: MiniLM, tmp_path: Path, redis_url: str
+) -> None:
+    import threading
+
+    running, stop = start(
+        backend, minilm, tmp_path / "data", redis_url, tenant_concurrency=1, tenant_queue=0,
+        retry_after_s=3,
+    )  # fmt: skip
+    try:
+        long = {"model": running.model, "prompt": unique("A long answer, please."),
+                "max_tokens": 300, "temperature": 0.7, "stream": True}  # fmt: skip
+        headers = {"Authorization": "Bearer sk-acme-1"}
+        started = threading.Event()
+
+        def occupy() -> None:
+            with httpx.stream("POST", f"{running.url}/v1/completions", json=long,
+                              headers=headers, timeout=60) as reply:  # fmt: skip
+                for _ in reply.iter_lines():
+                    started.set()
+
+        holder = threading.Thread(target=occupy)
+        holder.start()
+        assert started.wait(30)  # acme's one slot is taken, its queue has no room
+        refused = httpx.post(f"{running.url}/v1/completions", headers=headers, timeout=30,
+                             json={**long, "stream": False, "max_tokens": 4})  # fmt: skip
+        other = complete(running, unique("And for beta?"), key="sk-beta-1", max_tokens=4)
+        holder.join(60)
+
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "3"
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        assert other[0] in MODEL_ANSWERED  # another tenant is not limited by acme's flood
+        assert complete(running, unique("Now it is free."), max_tokens=4)[0] in MODEL_ANSWERED
+    finally:
+        stop()

@@ -25,6 +25,8 @@ NEAR_MISSES = [
     ("What is the interest on a car loan?", "What is the interest on a student loan?"),
     ("What are the fees for cash in London?", "What are the fees for cash in Paris?"),
     ("What are the rates?", "What are the dates?"),  # one letter off, but not a typo of it
+    ("When did the war begin?", "Where did the war begin?"),
+    ("Why is my card blocked?", "How is my card blocked?"),
 ]  # fmt: skip
 PARAPHRASES = [
     ("How do I reset my online banking password?", "How can I reset my online banking password?"),
