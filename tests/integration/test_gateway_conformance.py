@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def gw(  # noqa: F811 (its arguments are the fixtures imported above)
+def gw(
     backend: Any,  # noqa: F811
     minilm: MiniLM,  # noqa: F811
     redis_url: str,
