@@ -257,7 +257,8 @@ class _NegativeSampler:
     def _overlapping(self, a: str) -> str | None:
         """A prompt sharing at least two content words with `a`, rarer words first."""
         shared: Counter[str] = Counter()
-        for w in sorted(self.words[a], key=lambda w: len(self.by_word[w]))[:6]:
+        # ties broken by the word: a frozenset iterates in a per-process (hash seed) order
+        for w in sorted(self.words[a], key=lambda w: (len(self.by_word[w]), w))[:6]:
             shared.update(p for p in self.by_word[w][:500] if p != a)
         pool = sorted(p for p, n in shared.items() if n >= 2)
         return self.rng.choice(pool) if pool else None
