@@ -123,6 +123,11 @@ async def fairness(url: str, model: str, context: int, calm: int, flooders: int)
     stop.set()
     seen = [s for task in floods for s in await task]
     refused = [s for s in seen if s[0] in (400, 413, 429)]
+    refusal_ms = {
+        str(code): round(_p([t for c, t in seen if c == code], 0.95) * 1000, 1)
+        for code in (400, 413, 429)
+        if any(c == code for c, _ in seen)
+    }
     by_status: dict[str, int] = {}
     for status, _ in seen:
         by_status[str(status)] = by_status.get(str(status), 0) + 1
@@ -136,6 +141,7 @@ async def fairness(url: str, model: str, context: int, calm: int, flooders: int)
         "p95_ratio": round(_p(loaded, 0.95) / _p(idle, 0.95), 3), "goal_p95_ratio": 1.5,
         "flood_requests_by_status": by_status,
         "refusals_p95_ms": round(_p([s[1] for s in refused], 0.95) * 1000, 1) if refused else None,
+        "refusals_p95_ms_by_status": refusal_ms,
         "goal_refusal_ms": 50,
     }  # fmt: skip
 

@@ -168,6 +168,8 @@ def _generation_routes(app: FastAPI, gateway: Gateway) -> None:
         async def handle() -> tuple[Response, str]:
             tenant = gateway.tenant(request.headers.get("authorization"))
             body = _parse(model, await request.body())
+            # checked before it takes a slot: a request that cannot run is refused at once
+            job = await run_in_threadpool(gateway.job, route, body)
             args = (route, body, tenant, request.headers.get(CACHE_HEADER),
                     request.headers.get(SESSION_HEADER))  # fmt: skip
             await gateway.slots.acquire(tenant)  # 429 when the tenant's queue is full
@@ -175,7 +177,9 @@ def _generation_routes(app: FastAPI, gateway: Gateway) -> None:
             try:
                 if body.stream:
                     sink = StreamSink(asyncio.get_running_loop())
-                    work = asyncio.ensure_future(run_in_threadpool(gateway.generate, *args, sink))
+                    work = asyncio.ensure_future(
+                        run_in_threadpool(gateway.generate, *args, sink, job)
+                    )
                     if await sink.began(work):  # the model is decoding: stream it as it goes
                         held = False  # the stream releases the slot when it ends
                         release = lambda: gateway.slots.release(tenant)  # noqa: E731
@@ -183,7 +187,7 @@ def _generation_routes(app: FastAPI, gateway: Gateway) -> None:
                         return stream, str(sink.outcome)
                     served = await work  # answered whole (a cache hit), or failed before decoding
                 else:
-                    served = await run_in_threadpool(gateway.generate, *args)
+                    served = await run_in_threadpool(gateway.generate, *args, None, job)
             finally:
                 if held:
                     gateway.slots.release(tenant)

@@ -152,9 +152,26 @@ class InProcessRunner:
             turns = [ChatMessage(role=m.role, content=m.text()) for m in messages]
             question, context = chat_parts(messages)
             rendered = chat_prompt(self.backend.tokenizer, turns)
-            return Job(route, rendered, rendered, decoding, None, question, context)
+            return self._fits(Job(route, rendered, rendered, decoding, None, question, context))
         assert prompt is not None
-        return Job(route, prompt, prompt, decoding, None, prompt)
+        return self._fits(Job(route, prompt, prompt, decoding, None, prompt))
+
+    def _fits(self, job: Job) -> Job:
+        """`job`, if its prompt and `max_tokens` fit the context; else a 400 naming what to
+        change, before any model work (and before the request takes one of its tenant's slots)."""
+        context, wanted = self.backend.context_tokens, job.decoding.max_tokens
+        if wanted >= context:
+            raise bad_request(
+                f"max_tokens {wanted} does not fit the context of {context} tokens", "max_tokens"
+            )
+        tokens = len(self.backend.encode(job.key_text))
+        if not tokens or tokens + wanted > context:
+            param = "messages" if job.route == "chat" else "prompt"
+            raise bad_request(
+                f"the prompt's {tokens} tokens plus max_tokens {wanted} do not fit the context of "
+                f"{context} tokens (and a prompt must not be empty)", param,
+            )  # fmt: skip
+        return job
 
     def generate(
         self,

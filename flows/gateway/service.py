@@ -123,17 +123,19 @@ class Gateway:
         header: str | None,
         session: str | None = None,
         sink: AnswerSink | None = None,
+        job: Job | None = None,
     ) -> Served:
         """Answer through the chain; a `canary_share` of the requests that would use the cache
         form the control group, answered with the cache off (outcome `canary`). `session`:
         the `x-preheat-session` header (see `end_session`); `sink`: a streamed request's
-        (`Chain.serve`)."""
+        (`Chain.serve`); `job`: the request's, when the caller already built (and so checked)
+        it."""
         started = time.perf_counter()
         if session is not None and not re.fullmatch(SESSION_ID, session):
             raise bad_request(
                 "x-preheat-session must be 1 to 128 printable ASCII characters", "session"
             )
-        job = replace(self.job(route, request), session=session)
+        job = replace(job or self.job(route, request), session=session)
         eligible = not opted_out(request.cache, header)
         canary = eligible and self.signals.canary_draw()
         if canary and sink is not None:
