@@ -133,7 +133,7 @@ def prefix_hashes(tokens: list[int] | None) -> list[int] | None:
 
 
 class InProcessRunner:
-    """`HFBackend` in this process; its lock serialises model calls."""
+    """`HFBackend` in this process: one forward pass at a time, tenants taking turns."""
 
     name = "hf"
     upstream = False

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import httpx
 
 from cache_runtime.keys import ExactKey
 from cache_runtime.kv_pages import PAGE_TOKENS, load_prefix, page_keys, store_prefix
+from models.llm.fair_lock import FairLock
 
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
@@ -180,7 +180,8 @@ class HFBackend:
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         eos = model.generation_config.eos_token_id
         self._eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        self._lock = threading.Lock()
+        # one forward pass at a time, the turns in rotation between tenants (`fair_lock.py`)
+        self._turns = FairLock()
         self._cleanup: Any = None  # a TemporaryDirectory the weights were fetched into
 
     @classmethod
@@ -245,12 +246,12 @@ class HFBackend:
         tokens = self.encode(prompt)[: self.context_tokens - room]
         if not tokens:
             raise ValueError("cannot warm an empty prompt")
-        with self._lock:
+        with self._turns.hold(tenant):
             prefill = self._prefill(tenant, tokens, cache, need_logits=store_response)
-            response = None
-            if store_response:
-                ids, _ = self._generate(prefill, self.response_tokens, 0.0, None)
-                response = self.tokenizer.decode(ids, skip_special_tokens=True)
+        response = None
+        if store_response:
+            ids, _ = self._generate(prefill, self.response_tokens, 0.0, None, tenant=tenant)
+            response = self.tokenizer.decode(ids, skip_special_tokens=True)
         if response is not None and cache is not None and stamp is not None:
             cache.put(key, response.encode(), template=template, generations=stamp)
         return WarmResult(
@@ -284,13 +285,13 @@ class HFBackend:
                 f"prompt of {len(tokens)} tokens plus max_tokens {max_tokens} does not fit the "
                 f"context of {self.context_tokens} tokens (and a prompt must not be empty)"
             )
-        with self._lock:
+        with self._turns.hold(tenant):
             prefill = self._prefill(tenant, tokens, cache, need_logits=True, session=session)
-            on_ids = None
-            if listener is not None:
-                listener.started(prefill.cached_tokens)
-                on_ids = self._text_deltas(listener)
-            ids, finish = self._generate(prefill, max_tokens, temperature, seed, on_ids)
+        on_ids = None
+        if listener is not None:
+            listener.started(prefill.cached_tokens)
+            on_ids = self._text_deltas(listener)
+        ids, finish = self._generate(prefill, max_tokens, temperature, seed, on_ids, tenant)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Completion(
             text, len(tokens), len(ids), prefill.cached_tokens, prefill.pages_stored, finish
@@ -367,9 +368,11 @@ class HFBackend:
         temperature: float,
         seed: int | None,
         on_ids: Callable[[list[int]], bool] | None = None,
+        tenant: str = "default",
     ) -> tuple[list[int], str]:
-        """Greedy (temperature 0) or sampled decoding from a prefill, one token per step;
-        `on_ids(ids so far)` after each token (False ends it: finish reason "stop").
+        """Greedy (temperature 0) or sampled decoding from a prefill, one token per step, each
+        forward pass one of `tenant`'s turns on the model (`FairLock`); `on_ids(ids so far)`
+        after each token (False ends it: finish reason "stop").
 
         A plain loop rather than `model.generate`: the prefill's cache and logits are reused
         as they are, and there is no generation config to reconcile.
@@ -393,7 +396,8 @@ class HFBackend:
                     return ids, "stop"
                 if step + 1 < max_tokens:
                     step_ids = torch.tensor([[token]], device=self.device)
-                    logits = self.model(step_ids, cache=kv, use_cache=True).logits[:, -1]
+                    with self._turns.hold(tenant):
+                        logits = self.model(step_ids, cache=kv, use_cache=True).logits[:, -1]
         return ids, "length"
 
     def close(self) -> None:
