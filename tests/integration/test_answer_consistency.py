@@ -39,11 +39,14 @@ pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("PREHEAT_CONTRACT_EXAMPLES", "150"))
 MODEL = "tiny-gpt2"
-QUESTIONS = [  # (question, its paraphrase, template)
-    ("What is the daily ATM limit on a current account?", "daily atm limit current", "limits"),
-    ("What is the overdraft rate on a current account?", "overdraft rate current", "rates"),
-    ("What is the mortgage rate for first-time buyers?", "mortgage rate first-time", "rates"),
-]
+QUESTIONS = [  # (question, its paraphrase: the same content words, so the guards let it by)
+    ("What is the daily ATM limit on a current account?",
+     "tell me the daily atm limit on a current account", "limits"),
+    ("What is the overdraft rate on a current account?",
+     "tell me the overdraft rate on a current account", "rates"),
+    ("What is the mortgage rate for first-time buyers?",
+     "tell me the mortgage rate for first-time buyers", "rates"),
+]  # fmt: skip
 TEMPLATES = ("limits", "rates")
 SERVED: dict[str, int] = {"exact": 0, "semantic": 0, "interleavings": 0}
 
