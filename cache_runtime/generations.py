@@ -52,6 +52,21 @@ return redis.call('INCR', KEYS[1])
 """
 
 
+_STAMP_MAGIC = b"g1:"
+
+
+def stamped(stamp: Stamp, value: bytes) -> bytes:
+    """An answer as the tiers hold it: its stamp, then its bytes (about 60 bytes more)."""
+    return _STAMP_MAGIC + stamp + b"\n" + value
+
+
+def unstamped(raw: bytes, stamp: Stamp) -> bytes | None:
+    """The answer in `raw` if it was stored under `stamp`; None for any other copy (older,
+    from counters since lost, or not an answer this cache wrote)."""
+    head = _STAMP_MAGIC + stamp + b"\n"
+    return raw[len(head) :] if raw.startswith(head) else None
+
+
 class GenerationsUnavailable(RuntimeError):
     """The counters cannot be changed now (Redis unreachable): an invalidation did not happen."""
 

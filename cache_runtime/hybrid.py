@@ -33,8 +33,10 @@ from cache_runtime.generations import (
     Generations,
     LocalGenerations,
     Stamp,
+    stamped,
     template_counter,
     tenant_counter,
+    unstamped,
 )
 from cache_runtime.keys import CacheKey, EmbeddingKey, ExactKey, PrefixKey, SemanticKey
 from cache_runtime.metrics import CacheMetrics
@@ -43,7 +45,6 @@ from cache_runtime.tiers.base import Tier
 
 TtlMode = Literal["fixed", "renew"]
 _UNKNOWN = object()  # what a tier call that raised returns where None means something
-_STAMP_MAGIC = b"g1:"
 _KINDS = frozenset(k.kind for k in (ExactKey, EmbeddingKey, SemanticKey, PrefixKey))
 _RECENT_ERROR_S = 10.0  # a tier that failed a call this recently is reported degraded
 
@@ -57,17 +58,6 @@ class Lookup:
     value: bytes | None
     tier: str | None
     generations: Stamp | None
-
-
-def stamped(stamp: Stamp, value: bytes) -> bytes:
-    """An answer as the tiers hold it: its stamp, then its bytes."""
-    return _STAMP_MAGIC + stamp + b"\n" + value
-
-
-def unstamped(raw: bytes, stamp: Stamp) -> bytes | None:
-    """The answer in `raw` if it was stored under `stamp`; None for any other copy."""
-    head = _STAMP_MAGIC + stamp + b"\n"
-    return raw[len(head) :] if raw.startswith(head) else None
 
 
 def key_kind(key: str) -> str:
