@@ -14,7 +14,9 @@ everything else that carries meaning, by lexical alignment over normalised words
    directions, comparatives. The two prompts must have the same set of them, except that a word
    of 5+ letters may match one letter off (an insertion, deletion, replacement or swap, the
    first letter kept): a typo, not another word ("sliver" for "silver"; "rates" and "dates"
-   differ in their first letter and stay apart).
+   differ in their first letter and stay apart); and a leftover word may be a typo of a function
+   word the other prompt has ("I wnat you to" / "I want you to"), or of a polite filler. The
+   price of that allowance: "wall" beside another prompt's "will" reads as a typo of it.
 3. Direction: around "to", "into", "from", "than", "vs" the nearest content words on each side
    form an ordered pair, and one prompt's (x, y) against the other's (y, x) vetoes ("convert
    USD to EUR" / "convert EUR to USD", "is gold better than silver" / "silver better than gold").
@@ -116,6 +118,13 @@ def _content(word: str) -> str | None:
     return None if canonical in _FUNCTION_WORDS else canonical
 
 
+def _typo_of(word: str, function_word: str) -> bool:
+    """`word` is `function_word` one letter off (first letter kept)."""
+    if word[0] != function_word[0] or abs(len(word) - len(function_word)) > 1:
+        return False
+    return _edits_of_one(word, function_word)
+
+
 def _content_sequence(text: str) -> list[str]:
     return [c for w in _words(text) if (c := _content(w)) is not None]
 
@@ -154,9 +163,16 @@ def directions(text: str) -> set[tuple[str, str]]:
 
 def _one_letter_off(a: str, b: str) -> bool:
     """A typo of one another: one insertion, deletion, replacement or neighbour swap, the first
-    letter kept, both words 5+ letters long."""
-    if min(len(a), len(b)) < _TYPO_MIN_LETTERS or a[0] != b[0] or abs(len(a) - len(b)) > 1:
+    letter kept, the longer word 5+ letters long and the shorter 4+."""
+    if max(len(a), len(b)) < _TYPO_MIN_LETTERS or min(len(a), len(b)) < 4:
         return False
+    if a[0] != b[0] or abs(len(a) - len(b)) > 1:
+        return False
+    return _edits_of_one(a, b)
+
+
+def _edits_of_one(a: str, b: str) -> bool:
+    """One insertion, deletion, replacement or neighbour swap apart."""
     if len(a) == len(b):
         diffs = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
         return len(diffs) == 1 or (
@@ -167,6 +183,17 @@ def _one_letter_off(a: str, b: str) -> bool:
     return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
+_FILLERS = ("please", "thanks", "thank", "hello", "kindly")  # may be mistyped on one side only
+
+
+def _typos_of_function_words(leftover: list[str], other: str) -> bool:
+    """Whether every word in `leftover` is a typo of a 4+ letter function word that `other`
+    has (as written, before the phrase rewrites), or of a polite filler."""
+    written = set(_WORD.findall(other.lower()))
+    candidates = [w for w in written if w in _FUNCTION_WORDS and len(w) >= 4] + list(_FILLERS)
+    return all(any(_typo_of(word, f) for f in candidates) for word in leftover)
+
+
 def content_words_agree(a: str, b: str, read_elsewhere: frozenset[str] = frozenset()) -> bool:
     """True when `a` and `b` name the same content words in the same directions.
 
@@ -175,13 +202,15 @@ def content_words_agree(a: str, b: str, read_elsewhere: frozenset[str] = frozens
     words_a = {w for w in content_words(a) if w not in read_elsewhere}
     words_b = {w for w in content_words(b) if w not in read_elsewhere}
     only_a, only_b = sorted(words_a - words_b), sorted(words_b - words_a)
-    if len(only_a) != len(only_b):
-        return False
-    for word in only_a:  # every word left over must be a typo of one left over on the other side
+    for word in list(only_a):  # a word left over must be a typo of one left on the other side
         match = next((other for other in only_b if _one_letter_off(word, other)), None)
-        if match is None:
-            return False
-        only_b.remove(match)
+        if match is not None:
+            only_a.remove(word)
+            only_b.remove(match)
+    # ... or of a function word the other prompt has there ("I wnat you to" / "I want you to"):
+    # pairwise only, so "wall" is not taken for "will" unless the other prompt says "will"
+    if not _typos_of_function_words(only_a, b) or not _typos_of_function_words(only_b, a):
+        return False
     asks_a, asks_b = question_words(a), question_words(b)
     if asks_a and asks_b and asks_a != asks_b:  # (a request without one, "tell me X", passes)
         return False

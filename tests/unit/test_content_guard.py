@@ -26,6 +26,8 @@ NEAR_MISSES = [
     ("What are the fees for cash in London?", "What are the fees for cash in Paris?"),
     ("What are the rates?", "What are the dates?"),  # one letter off, but not a typo of it
     ("When did the war begin?", "Where did the war begin?"),
+    ("What does life insurance cover?", "What does insurance cover?"),
+    ("How long is the great wall of china?", "How long is the great china?"),  # not "will"
     ("Why is my card blocked?", "How is my card blocked?"),
 ]  # fmt: skip
 PARAPHRASES = [
@@ -38,6 +40,8 @@ PARAPHRASES = [
     ("when did the first world war begin", "at what time did the first world war start"),
     ("what is the largest planet", "what is the biggest planet"),
     ("Explain compound interest.", "Could you explain compound interest?"),
+    ("I want you to act as a math teacher.", "I wsnt you to act as a math teacher."),
+    ("what does a central bank do", "what does a central bank do thhanks"),
 ]  # fmt: skip
 
 

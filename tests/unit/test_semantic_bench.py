@@ -33,7 +33,10 @@ def test_fallback_corpus_gives_seeded_pairs_of_both_labels(tmp_path: Path) -> No
     assert build_pairs(corpus, 200, seed=3) == pairs
     assert {p.label for p in pairs} == {0, 1} and len(pairs) >= 150
     positives = [p for p in pairs if p.label == 1]
-    assert sum(guards_pass(p.text_a, p.text_b) for p in positives) >= 0.98 * len(positives)
+    entities = sum(guards_pass(p.text_a, p.text_b, content=False) for p in positives)
+    assert entities >= 0.98 * len(positives)  # a rewrite changes no number, date or negation
+    # the content guard's price: a typo in a 4-letter word, or in a synonym, reads as a change
+    assert sum(guards_pass(p.text_a, p.text_b) for p in positives) >= 0.9 * len(positives)
     assert all(p.text_a != p.text_b for p in pairs)
 
 
