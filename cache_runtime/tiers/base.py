@@ -47,8 +47,8 @@ class Tier(Protocol):
     `check` returns a list of problems found (empty when consistent). Tiers that evict on their
     own accept an `on_evict(key, value, ttl_left_s, written_ns)` callback, which the hybrid
     cache uses to demote an evicted entry to the next tier down.
-    Optional: `shared = True` on a tier every process sees (Redis), and `keys()` on a tier a
-    process holds on its own (memory, SSD) — what the hybrid cache's invalidation feed uses.
+    Optional: `shared = True` on a tier every process sees (Redis), and `generations()` on a
+    tier that can hold answers' generation counters for every process (`RedisTier`).
     """
 
     name: str

@@ -172,11 +172,6 @@ class MemoryTier:
         with self._lock:
             return self._live(key) is not None
 
-    def keys(self) -> list[str]:
-        """Every cached key (what the hybrid cache drops after a gap in the invalidation feed)."""
-        with self._lock:
-            return list(self._entries)
-
     def stats(self) -> TierStats:
         with self._lock:
             self._drain()

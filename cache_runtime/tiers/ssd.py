@@ -256,11 +256,6 @@ class SSDTier:
         # a row from before write ids has none (NULL): its record is never vouched for
         return write_id is not None and write_id_of(head) == write_id
 
-    def keys(self) -> list[str]:
-        """Every key with a value here (what the hybrid cache drops after a gap in the
-        invalidation feed); raises on a disk or lock failure, so a caller knows it is short."""
-        return [row[0] for row in self._db().execute("SELECT key FROM heat WHERE present = 1")]
-
     def _indexed_expiry(self, key: str) -> tuple[float | None, int | None] | None:
         """(expiry, write id) of a stored key from the index; None when absent or unreadable
         (counted)."""

@@ -185,8 +185,7 @@ def test_a_cluster_tier_made_before_its_cluster_is_up_degrades_then_heals() -> N
         servers.start()
         assert tier.get(key("q")) is None  # up, but the next try is not due yet
         clock.now += 5.0
-        # q's put failed, so it stays a suspect until a delete of it gets through (at most a
-        # second after the last failed try): then it round-trips
+        # the cluster is built on the first call after its retry time: then q round-trips
         wait_until(lambda: tier.put(key("q"), b"answer"))
         assert tier.get(key("q")) == b"answer"
         errors = tier.stats().errors
