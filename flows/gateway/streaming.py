@@ -19,19 +19,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from models.llm.backends import DecodeListener
 
 
 class GenerationCancelled(Exception):
     """The client stopped reading: the answer is incomplete, and must not be stored."""
-
-
-class TextSink(Protocol):
-    """What `StopScanner` forwards to (the chain's listener)."""
-
-    def text(self, delta: str) -> bool: ...
-
-    def started(self, cached_tokens: int) -> None: ...
 
 
 class AnswerSink(Protocol):
@@ -47,7 +42,7 @@ class StopScanner:
     start of a stop sequence is held back until the next token decides, text after a stop
     sequence is never sent, and reaching one stops the generation."""
 
-    def __init__(self, sink: TextSink, stop: Sequence[str]) -> None:
+    def __init__(self, sink: DecodeListener, stop: Sequence[str]) -> None:
         self.sink, self.stop = sink, tuple(stop)
         self._text = ""  # everything decoded so far
         self._sent = 0  # how much of it went to the sink
@@ -84,7 +79,7 @@ class StopScanner:
 
 
 class StreamSink:
-    """The worker thread's side (`started`, `text`, `begin`) and the event loop's (`began`,
+    """The worker thread's side (`begin`, `text`) and the event loop's (`began`,
     `pieces`, `cancel`) of one streamed answer."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -101,9 +96,6 @@ class StreamSink:
         """The model is about to decode: the response can start (`outcome`: its header)."""
         self.outcome, self.key = outcome, key
         self._loop.call_soon_threadsafe(self._began.set)
-
-    def started(self, cached_tokens: int) -> None:  # a runner without the chain's wrapper
-        self.begin("prefix" if cached_tokens else "miss", None)
 
     def text(self, delta: str) -> bool:
         if self._cancelled.is_set():
