@@ -112,6 +112,8 @@ class HybridCache:
         self._last_errors: dict[str, tuple[float, str]] = {}  # tier -> (monotonic, what failed)
         self._renew_lock = threading.Lock()
         self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
+        # one worker: a chain's promotions run in chain order (prefix closure in the tiers above)
+        self._promotions = ThreadPoolExecutor(1, thread_name_prefix="preheat-promote")
         for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
             if hasattr(upper, "on_evict"):
                 upper.on_evict = self._demoter(lower)
@@ -207,6 +209,61 @@ class HybridCache:
         for upper in self.tiers[:depth]:
             if self._call(upper, "put", upper.put, key, raw, ttl_s=ttl, parent=parent):
                 self.metrics.promotions.labels(upper.name).inc()
+
+    def get_chain(
+        self, keys: Sequence[PrefixKey | str], parent: PrefixKey | str | None = None
+    ) -> list[tuple[bytes, str]]:
+        """(value, tier) of the longest run of leading `keys` cached: a KV prefix chain, in
+        order, read with one call per tier (`get_many` where the tier has it, else key by key),
+        each tier asked only for the pages the tiers above lacked. `parent`: the page before
+        `keys[0]`, if any.
+
+        Pages found below the top are promoted in the background, in chain order (`settle`
+        waits for it): a restore does not wait for its copies into faster tiers. A page the
+        caller then finds corrupt and deletes may have been promoted meanwhile; the next read
+        finds it corrupt there too and deletes it again (a wasted copy, never a wrong page)."""
+        texts = [str(_string(key)) for key in keys]
+        found: list[tuple[bytes, int] | None] = [None] * len(texts)
+        for depth, tier in enumerate(self.tiers):
+            ask = [i for i, hit in enumerate(found) if hit is None]
+            if not ask:
+                break
+            values = self._get_many(tier, [texts[i] for i in ask])
+            hits = 0
+            for i, value in zip(ask, values, strict=True):
+                if value is not None:
+                    found[i], hits = (value, depth), hits + 1
+            self.metrics.lookups.labels(tier.name, "prefix", "hit").inc(hits)
+            self.metrics.lookups.labels(tier.name, "prefix", "miss").inc(len(ask) - hits)
+        run = next((i for i, hit in enumerate(found) if hit is None), len(found))
+        chain = [hit for hit in found[:run] if hit is not None]
+        parents = [_string(parent), *texts[: run - 1]]
+        below = [i for i, (_, depth) in enumerate(chain) if depth]
+        for i in range(below[0] if below else run):  # from the top tier: a renewal at most
+            self._after_hit(texts[i], chain[i][0], 0, parents[i])
+        if below:
+            start = below[0]
+            self._promotions.submit(
+                self._promote_chain, texts[start:run], chain[start:], parents[start:run]
+            )
+        return [(value, self.tiers[depth].name) for value, depth in chain]
+
+    def _get_many(self, tier: Tier, keys: list[str]) -> list[bytes | None]:
+        many = getattr(tier, "get_many", None)
+        if not callable(many):
+            return [self._call(tier, "get", tier.get, key) for key in keys]
+        values = self._call(tier, "get", many, keys)
+        return [None] * len(keys) if values is None else values
+
+    def _promote_chain(
+        self, keys: list[str], chain: list[tuple[bytes, int]], parents: list[str | None]
+    ) -> None:
+        for key, (value, depth), parent in zip(keys, chain, parents, strict=True):
+            self._after_hit(key, value, depth, parent)
+
+    def settle(self) -> None:
+        """Wait until the promotions of the chains read so far are done (tests, benchmarks)."""
+        self._promotions.submit(lambda: None).result()
 
     def put(
         self,
@@ -339,14 +396,22 @@ class HybridCache:
 
     def longest_prefix(self, pages: Sequence[PrefixKey]) -> int:
         """How many leading pages of a chain are cached (a page is usable only after all before
-        it); stops at the first miss."""
-        count = 0
-        for page in pages:
-            text = page.to_string()
-            if not any(self._call(t, "contains", t.contains, text) for t in self.tiers):
+        it): one call per tier (`contains_many` where the tier has it), each tier asked only
+        about the pages the tiers above lack."""
+        texts = [page.to_string() for page in pages]
+        held = [False] * len(texts)
+        for tier in self.tiers:
+            ask = [i for i, known in enumerate(held) if not known]
+            if not ask:
                 break
-            count += 1
-        return count
+            many = getattr(tier, "contains_many", None)
+            if callable(many):
+                answers = self._call(tier, "contains", many, [texts[i] for i in ask]) or []
+            else:
+                answers = [self._call(tier, "contains", tier.contains, texts[i]) for i in ask]
+            for i, answer in zip(ask, answers, strict=False):
+                held[i] = bool(answer)
+        return next((i for i, known in enumerate(held) if not known), len(held))
 
     def cool(self, keys: Sequence[CacheKey | str]) -> int:
         """ "This conversation ended": its entries become the first to go in tiers with an
@@ -401,6 +466,7 @@ class HybridCache:
                 self.metrics.evictions.labels(tier.name).set(stats.evictions)
 
     def close(self) -> None:
+        self._promotions.shutdown(wait=True)
         self._refills.shutdown(wait=True)
         for tier in self.tiers:
             self._call(tier, "close", tier.close)

@@ -47,8 +47,10 @@ class Tier(Protocol):
     `check` returns a list of problems found (empty when consistent). Tiers that evict on their
     own accept an `on_evict(key, value, ttl_left_s, written_ns)` callback, which the hybrid
     cache uses to demote an evicted entry to the next tier down.
-    Optional: `shared = True` on a tier every process sees (Redis), and `generations()` on a
-    tier that can hold answers' generation counters for every process (`RedisTier`).
+    Optional: `shared = True` on a tier every process sees (Redis), `generations()` on a
+    tier that can hold answers' generation counters for every process (`RedisTier`), and
+    `get_many(keys) -> list[bytes | None]` on a tier where one call for many keys costs less
+    than one per key (a Redis MGET, one SQLite transaction): a KV prefix chain is read with it.
     """
 
     name: str
