@@ -112,8 +112,6 @@ class HybridCache:
         self._last_errors: dict[str, tuple[float, str]] = {}  # tier -> (monotonic, what failed)
         self._renew_lock = threading.Lock()
         self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
-        # one worker: a chain's promotions run in chain order (prefix closure in the tiers above)
-        self._promotions = ThreadPoolExecutor(1, thread_name_prefix="preheat-promote")
         for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
             if hasattr(upper, "on_evict"):
                 upper.on_evict = self._demoter(lower)
@@ -218,10 +216,13 @@ class HybridCache:
         each tier asked only for the pages the tiers above lacked. `parent`: the page before
         `keys[0]`, if any.
 
-        Pages found below the top are promoted in the background, in chain order (`settle`
-        waits for it): a restore does not wait for its copies into faster tiers. A page the
-        caller then finds corrupt and deletes may have been promoted meanwhile; the next read
-        finds it corrupt there too and deletes it again (a wasted copy, never a wrong page)."""
+        Pages found below the top are promoted into the top tier only, in chain order, each
+        with the expiry it had (one `ttl_left_many` call per tier that served some); the tiers
+        between receive them by demotion when the top evicts them, as for any value written
+        through. Promoting into every tier above, as `get` does, wrote each page restored from
+        Redis to the SSD on the restore's path, and as a background task it still took the
+        CPU from the restore: a 512-token restore on a just-restarted node took 300-560 ms
+        instead of ~60 ms (`preheat bench kv`, GPT-2 small, 2 cores)."""
         texts = [str(_string(key)) for key in keys]
         found: list[tuple[bytes, int] | None] = [None] * len(texts)
         for depth, tier in enumerate(self.tiers):
@@ -237,15 +238,7 @@ class HybridCache:
             self.metrics.lookups.labels(tier.name, "prefix", "miss").inc(len(ask) - hits)
         run = next((i for i, hit in enumerate(found) if hit is None), len(found))
         chain = [hit for hit in found[:run] if hit is not None]
-        parents = [_string(parent), *texts[: run - 1]]
-        below = [i for i, (_, depth) in enumerate(chain) if depth]
-        for i in range(below[0] if below else run):  # from the top tier: a renewal at most
-            self._after_hit(texts[i], chain[i][0], 0, parents[i])
-        if below:
-            start = below[0]
-            self._promotions.submit(
-                self._promote_chain, texts[start:run], chain[start:], parents[start:run]
-            )
+        self._promote_chain(texts[:run], chain, [_string(parent), *texts][:run])
         return [(value, self.tiers[depth].name) for value, depth in chain]
 
     def _get_many(self, tier: Tier, keys: list[str]) -> list[bytes | None]:
@@ -258,12 +251,41 @@ class HybridCache:
     def _promote_chain(
         self, keys: list[str], chain: list[tuple[bytes, int]], parents: list[str | None]
     ) -> None:
-        for key, (value, depth), parent in zip(keys, chain, parents, strict=True):
-            self._after_hit(key, value, depth, parent)
+        """Renew renew-on-hit TTLs; copy the pages found below the top into the top tier, in
+        order, stopping at the first that cannot go (a later one would have no parent there)."""
+        top, ttls = self.tiers[0], self._chain_ttls(keys, chain)
+        for key, (value, depth), parent, ttl in zip(keys, chain, parents, ttls, strict=True):
+            renew = self._renewed_ttl(key)
+            if renew is not None:
+                tier = self.tiers[depth]
+                self._call(tier, "touch", tier.touch, key, renew)
+                ttl = renew
+            if not depth:
+                continue
+            if ttl is _UNKNOWN or (ttl is not None and ttl <= 0):
+                break  # an unknown expiry must not become "never"; an expired value is not copied
+            if not self._call(top, "put", top.put, key, value, ttl_s=ttl, parent=parent):
+                break
+            self.metrics.promotions.labels(top.name).inc()
 
-    def settle(self) -> None:
-        """Wait until the promotions of the chains read so far are done (tests, benchmarks)."""
-        self._promotions.submit(lambda: None).result()
+    def _chain_ttls(self, keys: list[str], chain: list[tuple[bytes, int]]) -> list[Any]:
+        """Seconds left of each page found below the top (`_UNKNOWN` where its tier failed),
+        with one call per tier where the tier has `ttl_left_many`; None for the top's own."""
+        ttls: list[Any] = [None] * len(keys)
+        for depth in sorted({depth for _, depth in chain} - {0}):
+            tier, where = self.tiers[depth], [i for i, hit in enumerate(chain) if hit[1] == depth]
+            many = getattr(tier, "ttl_left_many", None)
+            if callable(many):
+                found = self._call(tier, "ttl", many, [keys[i] for i in where])
+                left = [_UNKNOWN] * len(where) if found is None else found
+            else:
+                left = [
+                    self._call(tier, "ttl", tier.ttl_left, keys[i], on_error=_UNKNOWN)
+                    for i in where
+                ]
+            for i, seconds in zip(where, left, strict=True):
+                ttls[i] = seconds
+        return ttls
 
     def put(
         self,
@@ -466,7 +488,6 @@ class HybridCache:
                 self.metrics.evictions.labels(tier.name).set(stats.evictions)
 
     def close(self) -> None:
-        self._promotions.shutdown(wait=True)
         self._refills.shutdown(wait=True)
         for tier in self.tiers:
             self._call(tier, "close", tier.close)

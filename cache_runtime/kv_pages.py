@@ -267,16 +267,19 @@ def load_prefix(
     tokens: Sequence[int],
     config: Any,
     session: str | None = None,
+    first_chunk: int = FIRST_CHUNK_PAGES,
+    max_chunk: int = MAX_CHUNK_PAGES,
 ) -> tuple[Any, int]:
     """(DynamicCache of the longest cached prefix or None, number of tokens it covers).
-    `session`: as in `store_prefix`. Each page is copied, as it arrives, into per-layer
-    tensors sized for the whole prompt: one copy, overlapped with the fetching of the next."""
+    `session`, `first_chunk`, `max_chunk`: as in `stream_prefix`. Each page is copied, as it
+    arrives, into per-layer tensors sized for the whole prompt: one copy, overlapped with the
+    fetching of the next."""
     from transformers import DynamicCache
 
     capacity = len(page_keys(tenant, model_id, tokens)) * PAGE_TOKENS
     per_layer: list[tuple[torch.Tensor, torch.Tensor]] = []
     filled = 0
-    for page in stream_prefix(cache, tenant, model_id, tokens, session):
+    for page in stream_prefix(cache, tenant, model_id, tokens, session, first_chunk, max_chunk):
         if not per_layer:  # (1, heads, capacity, head_dim) per layer, like the first page
             per_layer = [
                 (

@@ -62,6 +62,9 @@ def redis_client(
         "password": password,
         "socket_timeout": socket_timeout_s,
         "socket_connect_timeout": socket_timeout_s,
+        # A KV page is ~1.2 MB (GPT-2 small); reading replies 1 MiB a recv instead of redis-py's
+        # 64 KiB took an MGET of 31 pages from 58 to 16 ms with hiredis (`preheat bench kv`)
+        "socket_read_size": 1 << 20,
     }
     tls_files = {
         "ssl_ca_certs": tls_ca_file,

@@ -222,6 +222,18 @@ class RedisTier:
             return None
         return max(0.0, millis / 1000) if millis >= 0 else 0.0  # -2: absent
 
+    def ttl_left_many(self, keys: list[str]) -> list[float | None]:
+        """`ttl_left` of each key in one pipelined round trip (0.0 for all on an error)."""
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.pttl(self.redis_key(key))
+            found = pipe.execute()
+        except REDIS_ERRORS:
+            self._count_error()
+            return [0.0] * len(keys)
+        return [None if ms == -1 else max(0.0, ms / 1000) if ms >= 0 else 0.0 for ms in found]
+
     def touch(self, key: str, ttl_s: float | None) -> bool:
         try:
             if ttl_s is None:

@@ -75,11 +75,24 @@ def test_a_chain_is_read_with_one_call_per_tier_and_promoted_in_order(three_tier
     assert [value for value, _ in chain] == [page(depth) for depth in range(8)]
     # each tier asked once, only about what the tiers above lacked
     assert calls == [("ssd.get_many", 18), ("redis.get_many", 15)]
-    cache.settle()
+    # promoted into the top tier only (the SSD fills by demotion), in order, expiry kept
     assert all(memory.contains(key.to_string()) for key in keys[:8])
-    assert [ssd.contains(key.to_string()) for key in keys[:8]] == [False] * 2 + [True] * 6
+    assert [ssd.contains(key.to_string()) for key in keys[:8]] == [False] * 2 + [True] * 3 + [
+        False
+    ] * 3
     assert not memory.contains(keys[9].to_string())  # beyond the hole: never promoted
     assert cache.longest_prefix(keys) == 8
+
+
+def test_a_promoted_page_keeps_its_expiry(three_tiers) -> None:
+    cache, (memory, _, redis) = three_tiers
+    keys = page_keys("acme", "m", TOKENS)[:3]
+    assert redis.put(keys[0].to_string(), page(0))
+    assert redis.put(keys[1].to_string(), page(1), ttl_s=60, parent=keys[0].to_string())
+    assert redis.put(keys[2].to_string(), page(2), ttl_s=30, parent=keys[1].to_string())
+    assert len(cache.get_chain(keys)) == 3
+    left = [memory.ttl_left(key.to_string()) for key in keys]
+    assert left[0] is None and 55 < left[1] <= 60 and 25 < left[2] <= 30
 
 
 def test_longest_prefix_asks_each_tier_once(three_tiers) -> None:
