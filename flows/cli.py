@@ -283,6 +283,40 @@ def bench_runtime_command(
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 
 
+@bench.command("kv")
+def bench_kv_command(
+    lengths: Annotated[
+        str, typer.Option(help="Prompt lengths in tokens, comma-separated.")
+    ] = "512,2048,8192",
+    repeats: Annotated[int, typer.Option(help="Timed runs per way (the median is kept).")] = 3,
+    device: Annotated[
+        str | None, typer.Option(help="cpu or cuda (default: cuda when present).")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Accepted for symmetry; output is JSON.")
+    ] = True,
+) -> None:
+    """TTFT of a prompt: cold prefill vs its KV restored from memory, SSD and Redis."""
+    try:
+        values = [int(part) for part in lengths.split(",") if part.strip()]
+    except ValueError:
+        raise CliError(f"--lengths {lengths!r}: expected token counts like 512,2048") from None
+    if device not in (None, "cpu", "cuda"):
+        raise CliError(f"--device {device!r}: choose cpu or cuda")
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CliError("--device cuda: no CUDA device is visible to torch")
+    from flows.bench.kv_bench import bench_kv
+
+    with stderr.status("prefilling and restoring"):
+        try:
+            result = bench_kv(values, repeats, device)
+        except ValueError as err:  # bad lengths or repeats, checked before any model is built
+            raise CliError(str(err)) from None
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+
+
 bench.command("forecast")(bench_forecast_command)
 bench.command("hotset")(bench_hotset_command)
 bench.command("templates")(bench_templates_command)

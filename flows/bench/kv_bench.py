@@ -41,6 +41,7 @@ from cache_runtime.services import RedisServer
 from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
 
 LENGTHS = (512, 2048, 8192)
+MAX_LENGTH = 32_768  # a longer prompt's cold prefill would not fit this machine's memory
 TENANT, MODEL_ID = "bench", "kv-bench"
 # bf16 on a GPU can differ from fp32 order-of-summation noise; fp32 on CPU agrees far closer
 LOGIT_TOLERANCE = {"cpu": 1e-3, "cuda": 5e-2}
@@ -123,6 +124,8 @@ def bench_kv(
 
     if not lengths or any(length < 2 * PAGE_TOKENS for length in lengths):
         raise ValueError(f"--lengths must each be at least {2 * PAGE_TOKENS} tokens")
+    if max(lengths) > MAX_LENGTH:
+        raise ValueError(f"--lengths must each be at most {MAX_LENGTH} tokens")
     if repeats < 1:
         raise ValueError("--repeats must be at least 1")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -251,7 +254,7 @@ class _FilledTiers:
 
     def restarted_node(self) -> HybridCache:
         """A node cache as the gateway builds one, its memory and SSD empty."""
-        for node in self._nodes:  # the last one's background promotions end before timing
+        for node in self._nodes:
             node.close()
         self._nodes = [HybridCache([
             MemoryTier(self.room),
