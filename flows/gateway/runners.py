@@ -10,15 +10,16 @@
   server applies a chat template the gateway does not know: two message lists that render
   alike here may not there).
 
-The in-process model streams: `generate(..., listener=...)` hears each token's text as it is
-decoded (`streaming.py`), stop sequences applied as it goes; the upstream server answers whole
-(its text is then streamed in word pieces, `openai_format`).
+Both stream: `generate(..., listener=...)` hears each token's text as it is decoded
+(`streaming.py`), stop sequences applied as it goes. The in-process model's decoding loop calls
+it; an upstream's SSE stream is read as it arrives and passed on (`UpstreamRunner._stream`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,7 +28,7 @@ import orjson
 
 from cache_runtime.prefix_hash import chain_block_hashes, token_blocks
 from flows.gateway.schemas import GatewayError, Message, bad_request
-from flows.gateway.streaming import StopScanner
+from flows.gateway.streaming import GenerationCancelled, StopScanner
 from flows.gateway.validity import Decoding, check_in_process
 
 if TYPE_CHECKING:
@@ -256,6 +257,8 @@ class UpstreamRunner:
             path, body["messages"] = "/v1/chat/completions", job.messages
         else:
             path, body["prompt"] = "/v1/completions", job.key_text
+        if listener is not None:
+            return self._stream(path, body, job, listener)
         reply = self._post(path, body)
         try:
             choice = reply["choices"][0]
@@ -270,20 +273,61 @@ class UpstreamRunner:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
             raise _upstream_error(f"malformed reply ({error!r})") from None
 
+    def _stream(
+        self, path: str, body: dict[str, Any], job: Job, listener: DecodeListener
+    ) -> Generation:
+        """The upstream's SSE stream passed on as it arrives: `listener` hears each piece of
+        text (stop sequences applied here too, whatever the server does with them) and stops
+        the stream by returning False. The response header goes once the upstream accepted
+        the request, before its usage says what its prefix cache reused: streamed, an
+        upstream answer is reported as a `miss`."""
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        scanner = StopScanner(listener, job.decoding.stop)
+        parts: list[str] = []
+        ending: dict[str, Any] = {"finish": "stop", "usage": {}}
+        started = time.perf_counter()
+        try:
+            request = self._client.build_request(
+                "POST", path, content=orjson.dumps(body), headers=JSON_HEADERS
+            )
+            response = self._client.send(request, stream=True)
+            try:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _refusal(response)
+                scanner.started(0)
+                for piece in _pieces(_events(response), job.messages is not None, ending):
+                    parts.append(piece)
+                    if not scanner.text(piece):  # a stop sequence, or the client went away
+                        break
+            finally:
+                response.close()  # (early: the upstream stops generating what nobody reads)
+        except httpx.HTTPError as error:
+            waited = time.perf_counter() - started
+            raise _upstream_error(f"{type(error).__name__} after {waited:.1f} s") from None
+        except ValueError as error:  # (orjson's decode error is one)
+            raise _upstream_error(f"malformed stream event ({error})") from None
+        if scanner.cancelled:
+            raise GenerationCancelled("the client stopped reading the stream")
+        text, finish = apply_stop("".join(parts), job.decoding.stop, ending["finish"])
+        scanner.finish(text)
+        usage = ending["usage"]
+        return Generation(
+            text, finish, int(usage.get("prompt_tokens", 0)),
+            int(usage.get("completion_tokens", 0)),
+            int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
+        )  # fmt: skip
+
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
         try:
             response = self._client.post(path, content=orjson.dumps(body),
-                                         headers={"content-type": "application/json"})  # fmt: skip
+                                         headers=JSON_HEADERS)  # fmt: skip
         except httpx.HTTPError as error:
             waited = time.perf_counter() - started
             raise _upstream_error(f"{type(error).__name__} after {waited:.1f} s") from None
         if response.status_code >= 400:
-            if 400 <= response.status_code < 500 and response.status_code not in (401, 403):
-                # the request's fault (a bad parameter): the client should see it as such
-                raise GatewayError(response.status_code, _message(response),
-                                   "invalid_request_error")  # fmt: skip
-            raise _upstream_error(f"HTTP {response.status_code}: {_message(response)}")
+            raise _refusal(response)
         try:
             payload = response.json()
         except ValueError:
@@ -299,6 +343,9 @@ class UpstreamRunner:
         self._client.close()
 
 
+JSON_HEADERS = {"content-type": "application/json"}
+
+
 def _message(response: httpx.Response) -> str:
     try:
         error = response.json().get("error")
@@ -307,6 +354,46 @@ def _message(response: httpx.Response) -> str:
     except (ValueError, AttributeError):
         pass
     return " ".join(response.text.split())[:300] or response.reason_phrase
+
+
+def _refusal(response: httpx.Response) -> GatewayError:
+    """The error of an upstream's 4xx/5xx reply."""
+    if 400 <= response.status_code < 500 and response.status_code not in (401, 403):
+        # the request's fault (a bad parameter): the client should see it as such
+        return GatewayError(response.status_code, _message(response), "invalid_request_error")
+    return _upstream_error(f"HTTP {response.status_code}: {_message(response)}")
+
+
+def _events(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The JSON events of an SSE stream, up to `[DONE]` (comments and blank lines skipped)."""
+    for line in response.iter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line.removeprefix("data:").strip()
+        if data == "[DONE]":
+            return
+        event = orjson.loads(data)
+        if not isinstance(event, dict):
+            raise ValueError("an event is not a JSON object")
+        yield event
+
+
+def _pieces(events: Iterator[dict[str, Any]], chat: bool, ending: dict[str, Any]) -> Iterator[str]:
+    """The text pieces of a stream's events (a chat's `delta.content`, a completion's `text`),
+    noting the finish reason and the usage in `ending` as they pass."""
+    for event in events:
+        usage, choices = event.get("usage"), event.get("choices") or []
+        if not isinstance(choices, list) or not isinstance(usage or {}, dict):
+            raise ValueError("choices must be a list and usage an object")
+        ending["usage"] = usage or ending["usage"]
+        for choice in choices:
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(choice, dict) or (chat and not isinstance(delta, dict)):
+                raise ValueError("a choice without its text")
+            ending["finish"] = choice.get("finish_reason") or ending["finish"]
+            piece = delta.get("content") if chat else choice.get("text")  # type: ignore[union-attr]
+            if piece:
+                yield str(piece)
 
 
 def _upstream_error(reason: str) -> GatewayError:

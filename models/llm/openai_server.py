@@ -7,7 +7,8 @@ later prompt with the same prefix, and reports how many prompt tokens it reused 
 `usage.prompt_tokens_details.cached_tokens`; `GET /stats` sums them up.
 
 Endpoints: `POST /v1/completions` (prompt: a string or a list of strings), `POST
-/v1/chat/completions` (non-streaming), `GET /v1/models`, `GET /healthz`, `GET /stats`.
+/v1/chat/completions` (both with `stream`: `server_stream`), `GET /v1/models`, `GET /healthz`,
+`GET /stats`.
 Errors have OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
 
 One tenant for the whole server (as a vLLM instance without `cache_salt`): warm-ups and
@@ -28,12 +29,13 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from cache_runtime.hybrid import HybridCache
 from cache_runtime.tiers import MemoryTier
-from models.llm.backends import Completion, HFBackend
+from models.llm.backends import Completion, DecodeListener, HFBackend
+from models.llm.server_stream import chunk_maker, stream_answer
 
 SERVER_TENANT = "server"
 
@@ -47,6 +49,7 @@ class CompletionRequest(BaseModel):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     seed: int | None = None
     stream: bool = False
+    stream_options: dict[str, Any] | None = None
 
 
 class ChatMessage(BaseModel):
@@ -66,6 +69,7 @@ class ChatRequest(BaseModel):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     seed: int | None = None
     stream: bool = False
+    stream_options: dict[str, Any] | None = None
 
 
 class APIError(Exception):
@@ -114,18 +118,21 @@ class _Engine:
         self.stats = ServerStats()
         self._stats_lock = threading.Lock()
 
-    def check(self, model: str, stream: bool) -> None:
+    def check(self, model: str) -> None:
         if model != self.served_name:
             raise APIError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
-        if stream:
-            raise APIError(400, "streaming is not supported by this server", "BadRequestError")
 
     def complete(
-        self, prompt: str, max_tokens: int, temperature: float, seed: int | None
+        self,
+        prompt: str,
+        max_tokens: int,
+        temperature: float,
+        seed: int | None,
+        listener: DecodeListener | None = None,
     ) -> Completion:
         try:
             done = self.backend.complete(
-                prompt, max_tokens, temperature, self.cache, SERVER_TENANT, seed
+                prompt, max_tokens, temperature, self.cache, SERVER_TENANT, seed, None, listener
             )
         except ValueError as error:
             raise APIError(400, str(error), "BadRequestError", "prompt") from error
@@ -146,11 +153,27 @@ def _error_response(error: APIError) -> JSONResponse:
     return JSONResponse({"error": body}, status_code=error.status)
 
 
-def _completions(engine: _Engine, request: CompletionRequest) -> dict[str, Any]:
-    engine.check(request.model, request.stream)
+def _streamed(
+    engine: _Engine, route: str, prompt: str, max_tokens: int,
+    request: CompletionRequest | ChatRequest,
+) -> StreamingResponse:  # fmt: skip
+    def run(listener: DecodeListener) -> Completion:
+        return engine.complete(prompt, max_tokens, request.temperature, request.seed, listener)
+
+    include_usage = bool((request.stream_options or {}).get("include_usage"))
+    chunk = chunk_maker(route, engine.served_name)
+    return stream_answer(run, chunk, include_usage, lambda done: _usage([done]))
+
+
+def _completions(engine: _Engine, request: CompletionRequest) -> dict[str, Any] | StreamingResponse:
+    engine.check(request.model)
     prompts = [request.prompt] if isinstance(request.prompt, str) else request.prompt
     if not prompts:
         raise APIError(400, "prompt must not be an empty list", "BadRequestError", "prompt")
+    if request.stream:
+        if len(prompts) > 1:
+            raise APIError(400, "stream takes one prompt", "BadRequestError", "prompt")
+        return _streamed(engine, "completions", prompts[0], request.max_tokens, request)
     done = [
         engine.complete(p, request.max_tokens, request.temperature, request.seed) for p in prompts
     ]
@@ -165,10 +188,12 @@ def _completions(engine: _Engine, request: CompletionRequest) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _chat(engine: _Engine, request: ChatRequest) -> dict[str, Any]:
-    engine.check(request.model, request.stream)
+def _chat(engine: _Engine, request: ChatRequest) -> dict[str, Any] | StreamingResponse:
+    engine.check(request.model)
     max_tokens = request.max_completion_tokens or request.max_tokens or 16
     prompt = chat_prompt(engine.backend.tokenizer, request.messages)
+    if request.stream:
+        return _streamed(engine, "chat", prompt, max_tokens, request)
     done = engine.complete(prompt, max_tokens, request.temperature, request.seed)
     message = {"role": "assistant", "content": done.text}
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": done.finish_reason}
@@ -220,11 +245,11 @@ def create_app(
 def _add_routes(app: FastAPI, engine: _Engine) -> None:
     # Plain `def` handlers run in FastAPI's thread pool; the backend's lock serialises the model.
     @app.post("/v1/completions")
-    def completions(request: CompletionRequest) -> dict[str, Any]:
+    def completions(request: CompletionRequest) -> Any:
         return _completions(engine, request)
 
     @app.post("/v1/chat/completions")
-    def chat(request: ChatRequest) -> dict[str, Any]:
+    def chat(request: ChatRequest) -> Any:
         return _chat(engine, request)
 
     @app.get("/v1/models")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -693,23 +694,36 @@ def test_healthz_and_the_base64_default_of_the_client(gw: Running) -> None:
 # -- in front of an upstream OpenAI-compatible server ------------------------------------------
 
 
-def test_in_front_of_an_upstream_server_answers_are_cached_per_route(
-    backend: Any, minilm: MiniLM, tmp_path: Path
-) -> None:
+@contextmanager
+def in_front_of_upstream(
+    backend: Any, minilm: MiniLM, data_dir: Path
+) -> Iterator[tuple[openai.OpenAI, openai.OpenAI]]:
+    """(a client of a gateway in front of the project's OpenAI server as `fin-llm`, a client of
+    that server itself, serving the model as `tiny`)."""
     from models.llm.openai_server import create_app as upstream_app
     from models.llm.openai_server import serve_in_thread
 
     upstream_url, stop_upstream = serve_in_thread(upstream_app(backend, served_name="tiny"))
     config = GatewayConfig(
         keys=KEYS, admin_keys=[ADMIN], backend="openai", base_url=upstream_url,
-        upstream_model="tiny", served_model="fin-llm", data_dir=tmp_path, ssd_bytes=0,
+        upstream_model="tiny", served_model="fin-llm", data_dir=data_dir, ssd_bytes=0,
         templates=False,
     )  # fmt: skip
-    app = create_app(config, minilm=minilm)  # builds its own upstream client
-    url, stop = serve_in_thread(app)
+    url, stop = serve_in_thread(create_app(config, minilm=minilm))  # its own upstream client
     try:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-acme-1", max_retries=0)
-        direct = openai.OpenAI(base_url=f"{upstream_url}/v1", api_key="x", max_retries=0)
+        yield (
+            openai.OpenAI(base_url=f"{url}/v1", api_key="sk-acme-1", max_retries=0),
+            openai.OpenAI(base_url=f"{upstream_url}/v1", api_key="x", max_retries=0),
+        )
+    finally:
+        stop()
+        stop_upstream()
+
+
+def test_in_front_of_an_upstream_server_answers_are_cached_per_route(
+    backend: Any, minilm: MiniLM, tmp_path: Path
+) -> None:
+    with in_front_of_upstream(backend, minilm, tmp_path) as (client, direct):
         prompt = unique("What is the cut-off time for same-day payments?")
 
         def ask() -> tuple[str, str]:
@@ -732,9 +746,40 @@ def test_in_front_of_an_upstream_server_answers_are_cached_per_route(
         assert chat_source in MODEL_ANSWERED and ask_chat() == ("exact-memory", chat_text)
         with pytest.raises(openai.NotFoundError):
             client.completions.create(model="tiny", prompt=prompt)
-    finally:
-        stop()
-        stop_upstream()
+
+
+def test_an_upstream_stream_is_passed_through_as_it_arrives_and_stored_whole(
+    backend: Any, minilm: MiniLM, tmp_path: Path
+) -> None:
+    with in_front_of_upstream(backend, minilm, tmp_path) as (client, direct):
+        prompt = unique("What does a wire transfer abroad cost?")
+        ask = {"prompt": prompt, "temperature": 0, "max_tokens": 24}
+        streamed = direct.completions.create(model="tiny", stream=True, **ask)
+        truth = "".join(chunk.choices[0].text for chunk in streamed if chunk.choices)
+        assert truth == direct.completions.create(model="tiny", **ask).choices[0].text
+
+        with client.completions.with_streaming_response.create(
+            model="fin-llm", stream=True, **ask
+        ) as response:
+            source = response.headers[CACHE_HEADER]
+            pieces = [c.choices[0].text for c in response.parse() if c.choices]
+        assert source == "miss"  # the upstream's own prefix cache is told only at the end
+        assert len([p for p in pieces if p]) > 1  # (that they pass as they come: the unit tests)
+        assert "".join(pieces) == truth
+        hit = client.completions.with_raw_response.create(model="fin-llm", **ask)
+        assert hit.headers[CACHE_HEADER] == "exact-memory"
+        assert hit.parse().choices[0].text == truth
+
+        messages = [{"role": "user", "content": unique("Is there a fee for SEPA payments?")}]
+        chunks = client.chat.completions.create(
+            model="fin-llm", messages=messages, temperature=0, max_tokens=12, stream=True
+        )
+        said = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        again = client.chat.completions.with_raw_response.create(
+            model="fin-llm", messages=messages, temperature=0, max_tokens=12
+        )
+        assert again.headers[CACHE_HEADER] == "exact-memory"
+        assert again.parse().choices[0].message.content == said
 
 
 # -- the twelve metrics and the traces -----------------------------------------------------------

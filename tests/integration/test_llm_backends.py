@@ -282,7 +282,8 @@ def test_chat_models_and_errors_have_the_openai_shapes(server: str) -> None:
         several["usage"][k] for k in ("prompt_tokens", "completion_tokens")
     )
     for response, status in [
-        (completion(server, "x", stream=True), 400),
+        (completion(server, ["one", "two"], stream=True), 400),  # a stream takes one prompt
+        (completion(server, "x " * 600, stream=True), 400),  # refused before the stream starts
         (completion(server, "x", max_tokens=0), 400),
         (completion(server, "x " * 600), 400),  # beyond the 512-token context
         (completion(server, "x", model="other"), 404),
