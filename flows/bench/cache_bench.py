@@ -20,7 +20,7 @@ from cache_runtime.policies import LRUPolicy
 from cache_runtime.prefix_policies import DuelingPolicy, PrefixARC, PrefixSLRU
 from cache_runtime.simulator import prefix_hits, replay, replay_with_app_hints
 from flows.bench.conversations import app_hints, find_conversations
-from flows.bench.traces import AccessTrace, write_oracle
+from flows.bench.traces import AccessTrace, unsigned_id, write_oracle
 
 LIBCACHESIM_POLICIES = ("LRU", "ARC", "S3FIFO", "Sieve", "WTinyLFU")
 # More of libCacheSim's online policies, classic and learned, run beside the list so that
@@ -56,7 +56,7 @@ def libcachesim_hits(name: str, trace: AccessTrace, capacity: int, oracle: Path)
     request.obj_size = 1
     get = cache.get
     for i, obj in enumerate(trace.accesses.tolist()):
-        request.obj_id = obj
+        request.obj_id = obj if obj >= 0 else unsigned_id(obj)
         hits[i] = get(request)
     return hits
 

@@ -1,9 +1,10 @@
 """Access traces for cache replay: object ids in order, grouped into requests.
 
 Formats: `mooncake` (each request's 512-token prefix blocks, in order: one access per block),
-`lirs` (one key per line, optionally gzip), `cache2k` (big-endian int32 keys, optionally xz) and
-`oracle` (libCacheSim oracleGeneral binary). Only Mooncake has requests of several blocks; in the
-others every access is its own request, and prefix hits equal block hits.
+`lirs` (one block number per line, optionally gzip), `cache2k` (big-endian int32 keys, read as
+unsigned, optionally xz) and `oracle` (libCacheSim oracleGeneral binary, uint64 ids). Only
+Mooncake has requests of several blocks; in the others every access is its own request, and
+prefix hits equal block hits.
 """
 
 from __future__ import annotations
@@ -79,21 +80,48 @@ def load_trace(path: Path, fmt: str) -> AccessTrace:
     if fmt == "mooncake":
         return _mooncake(path, data)
     if fmt == "lirs":
-        try:
-            ids = np.array([int(x) for x in data.split()], dtype=np.int64)
-        except ValueError:
-            raise TraceError(f"{path}: lirs traces hold one integer key per line") from None
+        ids = _lirs_keys(path, data)
     elif fmt == "cache2k":
         if len(data) % 4:
             raise TraceError(f"{path}: cache2k traces are big-endian int32 keys")
-        ids = np.frombuffer(data, dtype=">i4").astype(np.int64)
+        # cache2k writes Java ints: a hashed key is negative half the time. Read as unsigned,
+        # the same keys stay distinct and every id is one libCacheSim's uint64 accepts.
+        ids = np.frombuffer(data, dtype=">u4").astype(np.int64)
     else:
         if len(data) % ORACLE_DTYPE.itemsize:
             raise TraceError(f"{path}: not an oracleGeneral trace (24-byte records)")
-        ids = np.frombuffer(data, dtype=ORACLE_DTYPE)["id"].astype(np.int64)
+        # uint64 ids above 2**63 keep their bits as negative int64 (`unsigned_id` undoes it)
+        ids = np.frombuffer(data, dtype=ORACLE_DTYPE)["id"].view(np.int64).copy()
     if not len(ids):
         raise TraceError(f"{path}: empty trace")
     return AccessTrace(path.name, ids, np.arange(len(ids), dtype=np.int64))
+
+
+def _lirs_keys(path: Path, data: bytes) -> np.ndarray:
+    """(N,) int64 keys of a LIRS trace: one non-negative block number per line (blank lines
+    skipped). A bad line is named with its number."""
+    keys = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            key = int(text)
+        except ValueError:
+            shown = text[:20].decode(errors="replace")
+            raise TraceError(
+                f"{path}: line {number} is {shown!r}: lirs traces hold one integer key per line"
+            ) from None
+        if not 0 <= key < 1 << 63:
+            raise TraceError(f"{path}: line {number}: key {key} is not a block number (0..2^63)")
+        keys.append(key)
+    return np.array(keys, dtype=np.int64)
+
+
+def unsigned_id(access: int) -> int:
+    """The uint64 object id of an access id (the int64 bits of an oracleGeneral id >= 2**63
+    are negative here): what libCacheSim's requests take."""
+    return access % (1 << 64)
 
 
 def load_request_keys(
@@ -172,7 +200,7 @@ def write_oracle(trace: AccessTrace, path: Path) -> None:
     next_index[order[:-1][same]] = order[1:][same]
     records = np.zeros(n, dtype=ORACLE_DTYPE)
     records["time"] = np.arange(n)
-    records["id"] = trace.accesses.astype(np.uint64)
+    records["id"] = trace.accesses.astype(np.int64).view(np.uint64)  # negative: their bits
     records["size"] = 1
     records["next"] = next_index
     records.tofile(path)

@@ -116,7 +116,9 @@ def test_trace_formats(tmp_path: Path) -> None:
     ("content", "fmt", "message"),
     [
         (b"not json", "mooncake", "not a Mooncake record"),
-        (b"1\nx\n", "lirs", "one integer key per line"),
+        (b"1\nx\n", "lirs", "line 2 is 'x': lirs traces hold one integer key per line"),
+        (b"1\n\n-3\n", "lirs", "line 3: key -3 is not a block number"),
+        (b"1\n\xff\xfe\n", "lirs", "line 2 is"),
         (b"12345", "cache2k", "big-endian int32"),
         (b"", "lirs", "empty trace"),
         (b"1", "parquet", "unknown trace format"),
@@ -129,6 +131,34 @@ def test_bad_traces_are_rejected_with_a_reason(
     path.write_bytes(content)
     with pytest.raises(TraceError, match=message):
         load_trace(path, fmt)
+
+
+def test_negative_and_huge_ids_are_read_as_their_writers_meant_and_replayed(
+    tmp_path: Path,
+) -> None:
+    """cache2k's Java ints are negative for half the hashed keys; oracleGeneral ids are uint64:
+    both reach libCacheSim as valid, distinct object ids, and `bench cache` runs on them."""
+    rng = np.random.default_rng(4)
+    java_ints = rng.integers(-(2**31), 2**31, 60, dtype=np.int64)[rng.zipf(1.3, 3000) % 60]
+    cache2k = tmp_path / "negative.trace.xz"
+    cache2k.write_bytes(lzma.compress(java_ints.astype(">i4").tobytes()))
+
+    trace = load_trace(cache2k, "cache2k")
+
+    assert (trace.accesses >= 0).all() and trace.accesses.max() < 2**32
+    assert trace.accesses.tolist() == (java_ints % 2**32).tolist()  # distinct stay distinct
+    result = bench_cache(trace, [0.2])
+    row = result["sizes"]["0.2"]
+    assert 0 < row["LRU"] <= row["Belady"]
+
+    huge = AccessTrace("u64", np.array([-1, 5, -1, -(2**63), 5], dtype=np.int64), np.arange(5))
+    write_oracle(huge, tmp_path / "huge.bin")
+    records = np.fromfile(tmp_path / "huge.bin", dtype=ORACLE_DTYPE)
+    assert records["id"].tolist() == [2**64 - 1, 5, 2**64 - 1, 2**63, 5]
+    again = load_trace(tmp_path / "huge.bin", "oracle")
+    assert again.accesses.tolist() == huge.accesses.tolist()
+    hits = libcachesim_hits("LRU", again, 3, tmp_path / "huge.bin")
+    assert hits.tolist() == [False, False, True, False, True]
 
 
 def test_bench_cache_output_shape() -> None:
