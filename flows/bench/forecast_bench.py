@@ -3,7 +3,12 @@
 The trace is read through the ingestion formats (so a bad row is quarantined, not a crash, and
 the benchmark sees exactly what the lake would hold), turned into one total-request series at
 `--bucket` seconds, cut chronologically, and every method is scored by rolling origin on the test
-part. `preheat` is scored on the choice it made from the train part alone.
+part. `preheat` is the online combination of the attention model and every baseline
+(`models.forecast.selection`): its weights at each test origin come from the errors of origins
+whose actuals were known by then, so it is scored as it would run. Beside the block-bootstrap
+interval of the MAE gap, a paired test over origins (Diebold-Mariano with the Harvey-Leybourne-
+Newbold correction, and a one-sided Wilcoxon signed-rank test) says whether `preheat` is
+significantly below the best baseline in hindsight.
 """
 
 from __future__ import annotations
@@ -22,7 +27,13 @@ from flows.ingest.pipeline import process_chunk
 from flows.ingest.readers import InputError
 from models.forecast.attention import AttentionConfig, AttentionForecaster
 from models.forecast.baselines import baseline_suite
-from models.forecast.evaluation import chronological_split, compare_to_best_baseline, evaluate
+from models.forecast.evaluation import (
+    Evaluation,
+    chronological_split,
+    compare_to_best_baseline,
+    evaluate,
+)
+from models.forecast.metrics import diebold_mariano
 from models.forecast.selection import PreheatForecaster
 
 FORECAST_FORMATS = ("azure", "mooncake", "servegen", "jsonl")
@@ -73,6 +84,25 @@ def total_series(path: Path, fmt_name: str, bucket_s: int) -> tuple[np.ndarray, 
     return np.bincount(index, weights=weights).astype(np.float64), quarantined
 
 
+def paired_test(evaluation: Evaluation, method: str, baseline: str) -> dict[str, Any]:
+    """`method` against `baseline` over the same origins: DM statistic and p-values, Wilcoxon."""
+    from scipy import stats
+
+    a = evaluation.scores[method].origin_errors
+    b = evaluation.scores[baseline].origin_errors
+    stat, p_two, p_lower = diebold_mariano(a, b, evaluation.horizon)
+    wilcoxon = stats.wilcoxon(a, b, alternative="less") if np.any(a != b) else None
+    return {
+        "against": baseline,
+        "origins": int(a.size),
+        "dm_statistic": round(stat, 4),
+        "dm_p_two_sided": round(p_two, 4),
+        "dm_p_lower": round(p_lower, 4),
+        "wilcoxon_p_lower": 1.0 if wilcoxon is None else round(float(wilcoxon.pvalue), 4),
+        "significantly_lower": bool(p_lower < 0.05),
+    }
+
+
 def bench_forecast(
     path: Path,
     fmt_name: str,
@@ -107,6 +137,8 @@ def bench_forecast(
         for name, s in evaluation.scores.items()
     }
     summary["preheat"]["chosen"] = preheat.selection.chosen
+    names = [e.name for e in preheat.experts]
+    last = preheat.weights(series, np.array([len(series) - horizon]))[0]
     return {
         "trace": path.name,
         "buckets": len(series),
@@ -121,6 +153,9 @@ def bench_forecast(
         "preheat_mase_ratio_to_best_baseline": round(
             comparison.method_mase / comparison.baseline_mase, 4
         ),
+        "paired_test": paired_test(evaluation, "preheat", comparison.best_baseline),
         "validation": {k: round(v, 4) for k, v in preheat.selection.validation_mae.items()},
+        "weights_at_train_end": {k: round(v, 4) for k, v in preheat.selection.weights.items()},
+        "weights_at_last_origin": {n: round(float(w), 4) for n, w in zip(names, last, strict=True)},
         "notes": preheat.selection.notes,
     }

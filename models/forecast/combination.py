@@ -110,29 +110,30 @@ class AdaHedge:
 def online_weights(
     losses: np.ndarray, known: Sequence[int] | np.ndarray, hedge: AdaHedge | None = None
 ) -> np.ndarray:
-    """(N, M) the weights of each round, from the losses of the rounds already known at it.
+    """(Q, M) the weights at each of Q queries, from the losses of the rounds known at it.
 
     Args:
         losses: (N, M) per-round, per-expert losses, rounds in time order.
-        known: (N,) non-decreasing; round i's weights use rounds [0, known[i]) only (for a
-            forecast of horizon H at consecutive origins: i - H + 1, clipped at 0).
+        known: (Q,) non-decreasing, each at most N: query q's weights use rounds
+            [0, known[q]) only. For a forecast of horizon H at consecutive origins, origin i
+            knows i - H + 1 rounds (clipped at 0): the caller's causality lives in `known`.
         hedge: the state to start from (it is updated in place with every known round); default
             a fresh `AdaHedge(M)`.
     """
     arr = check_losses(losses)
     upto = np.asarray(known, dtype=np.int64)
-    if upto.shape != (arr.shape[0],) or np.any(np.diff(upto) < 0):
-        raise ValueError("known must be one non-decreasing count per round")
-    if upto.size and (upto.min() < 0 or np.any(upto > np.arange(upto.size))):
-        raise ValueError("a round's weights may use only rounds before it")
+    if upto.ndim != 1 or np.any(np.diff(upto) < 0):
+        raise ValueError("known must be a non-decreasing count of rounds per query")
+    if upto.size and (upto.min() < 0 or upto.max() > arr.shape[0]):
+        raise ValueError(f"known counts must lie in [0, {arr.shape[0]}] (the rounds given)")
     hedge = hedge or AdaHedge(arr.shape[1])
-    out = np.empty_like(arr)  # (N, M)
+    out = np.empty((upto.size, arr.shape[1]))  # (Q, M)
     charged = 0
-    for i, n in enumerate(upto):
+    for q, n in enumerate(upto):
         for row in arr[charged:n]:
             hedge.update(row)
         charged = max(charged, int(n))
-        out[i] = hedge.weights
+        out[q] = hedge.weights
     return out
 
 

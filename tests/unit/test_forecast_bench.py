@@ -39,8 +39,13 @@ def test_bench_forecast_json(azure_like: Path, tmp_path: Path) -> None:
     assert set(result["methods"]) == expected
     for scores in result["methods"].values():
         assert {"MAE", "sMAPE", "MASE"} <= scores.keys() and scores["MAE"] >= 0
-    chosen = result["methods"]["preheat"]["chosen"]
-    assert chosen in result["validation"]
+    assert result["methods"]["preheat"]["chosen"] == "adahedge"
+    experts = expected - {"preheat"}
+    assert set(result["validation"]) == set(result["weights_at_train_end"]) == experts
+    assert sum(result["weights_at_last_origin"].values()) == pytest.approx(1.0, abs=1e-3)
+    paired = result["paired_test"]
+    assert paired["against"] == result["best_baseline"] and paired["origins"] == 58
+    assert 0 <= paired["dm_p_lower"] <= 1 and 0 <= paired["wilcoxon_p_lower"] <= 1
     assert result["best_baseline"] in expected - {"preheat", "attention"}
     low, high = result["mae_diff_ci95"]
     assert low <= high

@@ -75,9 +75,11 @@ def test_bad_losses_are_a_clear_error(losses: np.ndarray, message: str) -> None:
         online_weights(losses, np.zeros(len(losses), dtype=int))
 
 
-def test_a_round_cannot_use_its_own_loss_and_share_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="only rounds before it"):
-        online_weights(np.ones((3, 2)), np.array([0, 2, 2]))
+def test_known_counts_must_fit_the_rounds_and_share_must_be_positive() -> None:
+    with pytest.raises(ValueError, match=r"lie in \[0, 3\]"):
+        online_weights(np.ones((3, 2)), np.array([0, 2, 4]))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        online_weights(np.ones((3, 2)), np.array([2, 1]))
     with pytest.raises(ValueError, match="share"):
         AdaHedge(2, share=0.0)
     with pytest.raises(ValueError, match="at least one expert"):

@@ -12,7 +12,7 @@ from models.forecast.evaluation import (
     evaluate,
     rolling_origins,
 )
-from models.forecast.metrics import block_bootstrap_ci, mae, mase, smape
+from models.forecast.metrics import block_bootstrap_ci, diebold_mariano, mae, mase, smape
 
 
 def _seasonal(n: int, season: int = 12, seed: int = 0) -> np.ndarray:
@@ -180,3 +180,15 @@ def test_compare_names_the_best_baseline_and_a_significant_gap() -> None:
     assert 0 < lo <= cmp.mae_diff <= hi  # naive cannot follow a clean season over 6 steps
     with pytest.raises(ValueError, match="not in the evaluation"):
         compare_to_best_baseline(result, "missing")
+
+
+def test_diebold_mariano_finds_a_real_gap_and_not_a_made_up_one() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.gamma(2.0, 1.0, 400)
+    stat, _, p_lower = diebold_mariano(0.8 * base, base)
+    assert stat < 0 and p_lower < 0.001
+    _, p_two, p_lower = diebold_mariano(base + rng.normal(0, 0.5, 400), base)
+    assert p_two > 0.05 and p_lower > 0.05
+    assert diebold_mariano(base, base) == (0.0, 1.0, 0.5)
+    with pytest.raises(ValueError, match="at least 3 finite"):
+        diebold_mariano(np.ones(2), np.ones(2))
