@@ -1,7 +1,13 @@
-"""Shared fixtures: a real redis-server per session, temp lakes, small generated data.
+"""Shared fixtures: a real redis-server and a real Prefect API per session, temp lakes, small
+generated data.
 
 Prefect and MLflow read their settings at import: the environment is fixed here, before any test
 module imports them, so tests never touch the user's ~/.prefect or send telemetry.
+
+Prefect's ephemeral mode is switched off: a test that runs a flow or task without the `prefect_api`
+fixture fails at once ("No Prefect API URL provided") instead of starting a server of its own, one
+per test process, under Prefect's default startup timeout, which a loaded 2-core CI machine
+outlasts. A subprocess inherits the setting, so a CLI test that would run a flow fails the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["DO_NOT_TRACK"] = "1"
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
+os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] = "false"
 os.environ.pop("PREHEAT_REDIS_URL", None)
 os.environ.pop("PREHEAT_CONFIG", None)
 
@@ -31,6 +38,22 @@ def redis_url() -> Iterator[str]:
     """A real redis-server on a free loopback port, for the whole session."""
     with RedisServer() as server:
         yield server.url
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[None]:
+    """A real Prefect API (the test harness: a server on a temporary SQLite database), started once
+    per session for every test that runs a flow or a task.
+
+    Tests share its state: one that reads flow runs, deployments or concurrency limits back filters
+    by names of its own. Its URL is in Prefect's in-process settings, not in the environment: a
+    subprocess that must reach it is given `PREFECT_API_URL` explicitly.
+    """
+    from prefect.testing.utilities import prefect_test_harness
+
+    # 180 s: the server's first start migrates its database, which takes a minute on a busy machine
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
 
 
 @pytest.fixture

@@ -308,14 +308,6 @@ def test_what_a_killed_run_leaves_is_ignored_then_cleared(
     assert deployed_model(data_dir, LLM_MODEL, node) is None
 
 
-@pytest.fixture(scope="module")
-def prefect_api() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 @pytest.mark.slow
 def test_the_flow_deploys_both_champions_and_fails_on_an_unknown_model(
     store: dict[str, str], tmp_path: Path, prefect_api: None

@@ -39,14 +39,6 @@ def stand_in_train_forecaster(data_dir: str = "data") -> None:
 
 
 @pytest.fixture(scope="module")
-def prefect_api() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
-@pytest.fixture(scope="module")
 def retrain_deployment(prefect_api: None) -> str:
     from flows.serve.deployments import ensure_process_pool
 

@@ -19,14 +19,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def prefect_api() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
-@pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_warmable_lake(tmp_path_factory.mktemp("heat"), hours=4.0)
 

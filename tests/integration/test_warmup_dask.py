@@ -105,14 +105,6 @@ def test_what_a_batch_receives_survives_dask_serialisation() -> None:
 # -- a warm-up on a real cluster --------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def prefect_api() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 class TaskLog(SchedulerPlugin):
     """A scheduler plugin: for each task the scheduler hands to a worker, that worker's
     address and how many Dask dependencies the task had (a dependency pins a task to the

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +32,6 @@ from cache_runtime.tiers import redis_client as tier_client
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WORKER = Path(__file__).with_name("warmup_worker.py")
 BUDGETS = {"memory_mb": 0.5, "ssd_mb": 1.0, "compute_s": 1.0, "deadline_s": 1.0}
-
-
-@pytest.fixture(scope="module")
-def prefect_api() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 @pytest.fixture(scope="module")

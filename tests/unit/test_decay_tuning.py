@@ -85,7 +85,7 @@ def test_cli_prints_the_tuning_json(mooncake_like: Path, tmp_path: Path) -> None
 
 @pytest.mark.integration
 def test_tune_decay_flow_logs_to_mlflow_and_publishes_params(
-    mooncake_like: Path, tmp_path: Path
+    prefect_api: None, mooncake_like: Path, tmp_path: Path
 ) -> None:
     import mlflow
 
