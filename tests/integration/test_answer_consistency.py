@@ -239,12 +239,11 @@ CONTRACT = settings(
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def cluster_client() -> Iterator[Any]:
-    with RedisClusterServers(masters=3) as cluster:
-        client = redis_client(cluster.url, cluster=True, socket_timeout_s=5)
-        yield client
-        client.close()
+@pytest.fixture
+def cluster_client(redis_cluster: RedisClusterServers) -> Iterator[Any]:
+    client = redis_client(redis_cluster.url, cluster=True, socket_timeout_s=5)
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="module")

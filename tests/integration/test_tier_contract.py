@@ -125,39 +125,40 @@ def test_redis_keys_are_namespaced_per_tenant(redis_url: str) -> None:
     assert tier.put_many([(key(f"bulk{i}"), b"v", None) for i in range(500)]) == 500
 
 
-def test_redis_cluster_keeps_each_prefix_chain_on_one_slot() -> None:
+def test_redis_cluster_keeps_each_prefix_chain_on_one_slot(
+    redis_cluster: RedisClusterServers,
+) -> None:
     from redis.cluster import RedisCluster
 
-    with RedisClusterServers(masters=3) as cluster:
-        client = redis_client(cluster.url, cluster=True)
-        assert len(client.get_primaries()) == 3
-        tier = RedisTier(client)
-        chains = [
-            PrefixKey.chain("acme", "tiny-gpt2", [[seed, d] * 8 for d in range(6)])
-            for seed in range(20)
-        ]
-        slots_per_chain = []
-        for chain in chains:
-            parent = None
-            for page in chain:
-                assert tier.put(page.to_string(), f"{page.depth}".encode(), parent=parent)
-                parent = page.to_string()
-            slots = {client.keyslot(tier.redis_key(p.to_string())) for p in chain}
-            slots_per_chain.append(len(slots))
-            assert tier.get(chain[-1].to_string()) == b"5"
-        assert slots_per_chain == [1] * 20
-        used_nodes = {
-            client.get_node_from_key(tier.redis_key(chain[0].to_string())).port for chain in chains
-        }
-        assert len(used_nodes) > 1  # chains spread over the masters; only a chain is co-located
-        assert (
-            tier.put_many(
-                [(ExactKey.of("acme", "m", f"q{i}").to_string(), b"v", None) for i in range(50)]
-            )
-            == 50
+    client = redis_client(redis_cluster.url, cluster=True)
+    assert len(client.get_primaries()) == 3
+    tier = RedisTier(client)
+    chains = [
+        PrefixKey.chain("acme", "tiny-gpt2", [[seed, d] * 8 for d in range(6)])
+        for seed in range(20)
+    ]
+    slots_per_chain = []
+    for chain in chains:
+        parent = None
+        for page in chain:
+            assert tier.put(page.to_string(), f"{page.depth}".encode(), parent=parent)
+            parent = page.to_string()
+        slots = {client.keyslot(tier.redis_key(p.to_string())) for p in chain}
+        slots_per_chain.append(len(slots))
+        assert tier.get(chain[-1].to_string()) == b"5"
+    assert slots_per_chain == [1] * 20
+    used_nodes = {
+        client.get_node_from_key(tier.redis_key(chain[0].to_string())).port for chain in chains
+    }
+    assert len(used_nodes) > 1  # chains spread over the masters; only a chain is co-located
+    assert (
+        tier.put_many(
+            [(ExactKey.of("acme", "m", f"q{i}").to_string(), b"v", None) for i in range(50)]
         )
-        assert isinstance(client.client(), RedisCluster) and tier.check() == []
-        tier.close()
+        == 50
+    )
+    assert isinstance(client.client(), RedisCluster) and tier.check() == []
+    tier.close()
 
 
 def test_a_cluster_tier_made_before_its_cluster_is_up_degrades_then_heals() -> None:

@@ -1,0 +1,34 @@
+"""Integration fixtures: one real Redis Cluster for the session.
+
+Starting a cluster (three redis-servers, the slots assigned, the gossip settled until every node
+says cluster_state:ok) is what costs; using it does not. Tests that stop their cluster, start it
+late or need nodes of their own (TLS proxies) still build one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from cache_runtime.services import RedisClusterServers
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_servers() -> Iterator[RedisClusterServers]:
+    with RedisClusterServers(masters=3) as servers:
+        yield servers
+
+
+@pytest.fixture
+def redis_cluster(redis_cluster_servers: RedisClusterServers) -> RedisClusterServers:
+    """The session's 3-master Redis Cluster, emptied before the test (FLUSHALL on each master),
+    so that no test sees another's keys. Stopping it is not for tests: it is shared."""
+    for node in redis_cluster_servers.nodes:
+        client = redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5)
+        try:
+            client.flushall()
+        finally:
+            client.close()
+    return redis_cluster_servers
