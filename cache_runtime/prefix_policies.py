@@ -1,4 +1,4 @@
-"""Eviction policies for KV prefix blocks: prefix-aware SLRU and ARC, and a dueling selector.
+"""Eviction policies for KV prefix blocks: prefix-aware SLRU and ARC (the pool's hinted ones).
 
 Each uses only the past of the trace plus what the application knows when a block is inserted
 (`Hint.TAIL`: the block is the last of its request's prompt). They share the `EvictionPolicy`
@@ -7,7 +7,6 @@ contract, so the memory tier runs them and the simulator replays traces through 
 
 from __future__ import annotations
 
-import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from itertools import islice
@@ -28,7 +27,7 @@ class PrefixSLRU(EvictionPolicy):
     tier evicts only when full), so the same object serves byte budgets and the simulator.
 
     Measured on the shipped Mooncake trace (`preheat bench cache`): above LRU and ARC at 10% and
-    20% of unique blocks; at 1% and 5% ARC stays ahead, which is why `DuelingPolicy` exists.
+    20% of unique blocks; at 1% and 5% ARC stays ahead: both are in the pool (`cache_runtime.pool`).
     """
 
     name = "prefix-slru"
@@ -85,6 +84,9 @@ class PrefixSLRU(EvictionPolicy):
             if found is not None:
                 return found
         return None
+
+    def ranked(self) -> list[tuple[str, bool]]:
+        return [(k, False) for k in self._probation] + [(k, True) for k in self._protected]
 
     def _rebalance(self) -> None:
         entries = self._capacity or len(self._probation) + len(self._protected)
@@ -177,9 +179,8 @@ class PrefixARC(EvictionPolicy):
                 return found
         return None
 
-
-def _never(_: str) -> bool:
-    return False
+    def ranked(self) -> list[tuple[str, bool]]:
+        return [(k, False) for k in self._t1] + [(k, True) for k in self._t2]
 
 
 def _hits_to_end(
@@ -198,121 +199,3 @@ def _hits_to_end(
         target.update(promoted)
     move_to_end_all(target, keys)
     return len(promoted)
-
-
-class _Shadow:
-    """A small simulated cache over a sample of keys, to score one policy."""
-
-    def __init__(self, policy: EvictionPolicy, capacity: int) -> None:
-        self.policy = policy
-        self.capacity = max(1, capacity)
-        self.resident: set[object] = set()
-
-    def access(self, key: str, hint: str | None) -> bool:
-        if key in self.resident:
-            self.policy.on_access(key, 0.0)
-            return True
-        if len(self.resident) >= self.capacity:
-            gone = self.policy.victim(_never)
-            self.policy.on_remove(gone)
-            self.resident.discard(gone)
-        self.policy.on_insert(key, 0.0, hint)
-        self.resident.add(key)
-        return False
-
-
-def _sample_hash(key: object) -> int:
-    """Which keys the duel samples, the same in every process. Rejected: Python's `hash`, which
-    is salted per process for strings — replays of one trace then differed by ~2% of hits from
-    run to run. Computed once per insert; hits only test membership of `_sampled`."""
-    if isinstance(key, int):
-        return key
-    return zlib.crc32(str(key).encode())
-
-
-class DuelingPolicy(EvictionPolicy):
-    """Set dueling (Qureshi et al., ISCA'07) between PrefixARC and PrefixSLRU: both keep
-    metadata for the real cache; shadow caches of 1/`sample` the size replay the sampled keys
-    (1 in `sample`) through a fresh copy of each; the policy with more shadow hits over the last
-    `window` sampled accesses chooses the real victims. ARC wins when the cache is small and
-    reuse distances shift; SLRU when a protected working set fits. Costs about twice the
-    metadata of one policy.
-    """
-
-    name = "preheat"
-
-    def __init__(self, sample: int = 8, window: int = 2000, capacity: int | None = None) -> None:
-        """`capacity` in entries, when known up front (unit-size replay); otherwise it is
-        learned when the cache first fills, and the duel starts then."""
-        self._factories: tuple[Callable[[], EvictionPolicy], ...] = (PrefixARC, PrefixSLRU)
-        self._members: list[EvictionPolicy] = [factory() for factory in self._factories]
-        self._sample = sample
-        self._scores: deque[tuple[bool, ...]] = deque(maxlen=window)
-        self._wins = [0] * len(self._members)
-        self._shadows: list[_Shadow] | None = None
-        self._sampled: set[object] = set()  # resident keys the duel samples
-        self._resident = 0
-        self.leader = 0
-        self._arc_access = self._members[0].on_access
-        self._slru_access = self._members[1].on_access
-        if capacity is not None:
-            self._start_duel(capacity)
-
-    def _start_duel(self, capacity: int) -> None:
-        self._shadows = [_Shadow(f(), capacity // self._sample) for f in self._factories]
-
-    @property
-    def leader_name(self) -> str:
-        return self._members[self.leader].name
-
-    def _observe(self, key: str, hint: str | None) -> None:
-        if self._shadows is None or key not in self._sampled:
-            return
-        result = tuple(shadow.access(key, hint) for shadow in self._shadows)
-        if len(self._scores) == self._scores.maxlen:
-            for i, hit in enumerate(self._scores[0]):
-                self._wins[i] -= hit
-        self._scores.append(result)
-        for i, hit in enumerate(result):
-            self._wins[i] += hit
-        self.leader = max(range(len(self._wins)), key=self._wins.__getitem__)
-
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
-        self._resident += 1
-        for member in self._members:
-            member.on_insert(key, now, hint)
-        if not _sample_hash(key) % self._sample:
-            self._sampled.add(key)
-        self._observe(key, hint)
-
-    def on_access(self, key: str, now: float) -> None:
-        self._arc_access(key, now)  # unrolled over the two members: this runs on every hit
-        self._slru_access(key, now)
-        if self._shadows is not None and key in self._sampled:
-            self._observe(key, None)
-
-    def on_access_many(self, keys: Sequence[str]) -> None:
-        """Both members in bulk; the shadows replay the sampled hits one by one, repeats
-        included, since a shadow (smaller than the cache) may miss and evict between them."""
-        # Members only care about each key's last hit; a dedup (in C) saves them the repeats
-        last_hits = list(reversed(dict.fromkeys(reversed(keys)))) if len(keys) > 256 else keys
-        for member in self._members:
-            member.on_access_many(last_hits)
-        if self._shadows is not None:
-            for key in filter(self._sampled.__contains__, keys):
-                self._observe(key, None)
-
-    def on_remove(self, key: str) -> None:
-        self._resident -= 1
-        self._sampled.discard(key)
-        for member in self._members:
-            member.on_remove(key)
-
-    def on_cold(self, key: str) -> None:
-        for member in self._members:
-            member.on_cold(key)
-
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
-        if self._shadows is None:  # the cache just filled: its size in entries is known now
-            self._start_duel(self._resident)
-        return self._members[self.leader].victim(keep)

@@ -72,6 +72,40 @@ class ServeSettings(BaseModel):
     warmup_runner: Literal["threads", "dask"] = "threads"
 
 
+class PolicySettings(BaseModel):
+    """The memory tier's default policy (`cache_runtime.pool.PoolPolicy`).
+
+    Set in the `[policy]` table or as `PREHEAT_POLICY__<FIELD>` (`PREHEAT_POLICY__POOL` as a JSON
+    list). Build it with `PoolPolicy.from_settings(settings.policy)`.
+
+    Attributes:
+        pool: the candidates whose shadows run (`cache_runtime.pool.CANDIDATES`); the first
+            leads until the shadows say otherwise.
+        sample_rate: the share of the key space replayed through the shadows (SHARDS' R),
+            raised for small caches so that each shadow holds `min_shadow` entries.
+        window / hysteresis: sampled accesses scored, and the lead (a share of them) that a
+            challenger needs to take over.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    pool: tuple[str, ...] = ()  # empty: every candidate (`cache_runtime.pool.DEFAULT_POOL`)
+    sample_rate: float = Field(default=1 / 16, gt=0, le=1)
+    window: int = Field(default=4096, gt=0)
+    hysteresis: float = Field(default=0.005, ge=0)
+    min_shadow: int = Field(default=128, gt=0)
+
+    @field_validator("pool")
+    @classmethod
+    def _known_candidates(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from cache_runtime.pool import CANDIDATES
+
+        unknown = [name for name in value if name not in CANDIDATES]
+        if unknown:
+            raise ValueError(f"unknown candidates {unknown}; choose from {', '.join(CANDIDATES)}")
+        return value
+
+
 class Settings(BaseSettings):
     """Where the platform keeps its data and which services it talks to.
 
@@ -90,6 +124,7 @@ class Settings(BaseSettings):
         request_stream_maxlen: approximate cap on that stream (XADD MAXLEN ~), so a stalled
             consumer cannot exhaust Redis memory; entries beyond it are trimmed oldest first.
         serve: the coordinator's services and schedules (`ServeSettings`).
+        policy: the memory tier's pool of policies (`PolicySettings`).
     """
 
     model_config = SettingsConfigDict(
@@ -104,6 +139,7 @@ class Settings(BaseSettings):
     request_stream: str = Field(default="preheat:requests", min_length=1)
     request_stream_maxlen: int = Field(default=1_000_000, gt=0)
     serve: ServeSettings = Field(default_factory=ServeSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
 
     @field_validator("redis_url")
     @classmethod

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from cache_runtime.policies import LRUPolicy
-from cache_runtime.prefix_policies import DuelingPolicy, PrefixARC, PrefixSLRU
+from cache_runtime.pool import PoolPolicy
+from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.simulator import prefix_hits, replay, replay_with_app_hints
 from flows.bench.conversations import app_hints, find_conversations
 from flows.bench.traces import AccessTrace, unsigned_id, write_oracle
@@ -104,19 +105,19 @@ def bench_cache(
             row: dict[str, Any] = {"capacity": capacity}
             started = time.perf_counter()
             ours = replay(
-                DuelingPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity
+                PoolPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity
             )
             replay_seconds += time.perf_counter() - started
             replayed += len(trace.accesses)
             row["preheat"], row["preheat_prefix"] = _ratios(ours, trace)
             no_hints = replay(
-                DuelingPolicy(capacity=capacity),
+                PoolPolicy(capacity=capacity),
                 trace.accesses, trace.request_starts, capacity, hints=False,
             )  # fmt: skip
             row["preheat_no_hints"], row["preheat_no_hints_prefix"] = _ratios(no_hints, trace)
             if app is not None:  # the application's session, turn and "ended" hints on top
                 with_app = replay_with_app_hints(
-                    DuelingPolicy(capacity=capacity),
+                    PoolPolicy(capacity=capacity),
                     trace.accesses, trace.request_starts, capacity, app,
                 )  # fmt: skip
                 row["preheat_app_hints"], row["preheat_app_hints_prefix"] = _ratios(with_app, trace)

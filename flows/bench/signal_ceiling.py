@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from cache_runtime.prefix_policies import DuelingPolicy
+from cache_runtime.pool import PoolPolicy
 from cache_runtime.simulator import replay
 from flows.bench.cache_bench import libcachesim_hits
 from flows.bench.conversations import find_conversations
@@ -160,7 +160,7 @@ def bench_ceiling(trace: AccessTrace, sizes: list[float], samples: int = 32) -> 
             for name in ("LRU", "Belady"):
                 row[name] = round(float(libcachesim_hits(name, trace, capacity, oracle).mean()), 4)
             ours = replay(
-                DuelingPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity
+                PoolPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity
             )
             row["preheat"] = round(float(ours.mean()), 4)
             for name, classes in variants.items():

@@ -11,7 +11,8 @@ import orjson
 import pytest
 
 from cache_runtime.policies import LRUPolicy
-from cache_runtime.prefix_policies import DuelingPolicy, PrefixARC, PrefixSLRU
+from cache_runtime.pool import PoolPolicy
+from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.simulator import prefix_hits, replay
 from flows.bench.cache_bench import (
     LIBCACHESIM_POLICIES,
@@ -37,7 +38,7 @@ def test_own_arc_without_hints_tracks_libcachesim_arc(tmp_path: Path) -> None:
     assert abs(ours.mean() - theirs.mean()) < 0.01
 
 
-def test_dueling_follows_the_better_member() -> None:
+def test_the_pool_follows_the_better_member() -> None:
     """A scan-heavy workload with a small hot set: whichever member does better leads."""
     rng = np.random.default_rng(5)
     hot = rng.integers(0, 40, 30_000)
@@ -45,7 +46,7 @@ def test_dueling_follows_the_better_member() -> None:
     accesses = np.empty(60_000, dtype=np.int64)
     accesses[0::2], accesses[1::2] = hot, scan
     trace = AccessTrace("mixed", accesses, np.arange(len(accesses)))
-    duel = DuelingPolicy()
+    duel = PoolPolicy(("arc", "slru"))
     hits = replay(duel, trace.accesses, trace.request_starts, 100, hints=False).mean()
     members = [
         replay(p, trace.accesses, trace.request_starts, 100, hints=False).mean()

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from cache_runtime.policies import Hint
-from cache_runtime.prefix_policies import DuelingPolicy, PrefixARC, PrefixSLRU
+from cache_runtime.pool import PoolPolicy
+from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from flows.bench.cache_bench import bench_cache
 from flows.bench.conversations import app_hints, find_conversations
@@ -82,9 +83,9 @@ def test_conversation_hints_buy_hits_on_a_conversation_workload() -> None:
     trace = conversation_workload()
     hints = app_hints(trace, find_conversations(trace))
     capacity = 80
-    plain = replay(DuelingPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity)
+    plain = replay(PoolPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity)
     hinted = replay_with_app_hints(
-        DuelingPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity, hints
+        PoolPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity, hints
     )
     assert hinted.sum() > plain.sum() * 1.3  # measured: 2306 vs 1631 hits
 

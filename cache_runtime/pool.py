@@ -1,0 +1,253 @@
+"""The memory tier's default policy: follow the best of a pool, online, by miniature simulation.
+
+Waldspurger et al., "Cache Modeling and Optimization using Miniature Simulations" (USENIX ATC
+2017), over SHARDS' spatial sampling (FAST 2015): keys whose hash falls under a threshold (a rate
+R of the key space) are replayed through a shadow of every candidate, each of R x the cache's
+size; over the last `window` sampled accesses, the shadow with the most hits names the policy
+that evicts for the real cache. The shadows see only the trace and the hints, never the live
+policy's choices, so the live choice cannot feed back into its own score.
+
+Only the leader keeps state for the real cache: a switch hands the resident keys over to the
+new leader in the old one's eviction order (`EvictionPolicy.ranked`), reused ones marked so.
+Rejected: keeping every candidate's metadata for the real cache (set dueling, as the previous
+two-member `DuelingPolicy` did): with eight candidates every miss costs eight inserts and
+removals, and the replay fell to a sixth of LRU's speed; a handoff costs one pass over the cache
+per switch, and hysteresis keeps switches rare. The switch itself waits for the next `victim`
+call, so the tier's buffered hits (applied in bulk) and a replay's eager hits switch at the
+same point and evict the same keys.
+
+Hints: a candidate marked "hinted" gets the tail / conversation hints and `on_cold`; the others
+never see them. A hinted candidate and its plain twin both have shadows, so the hint is used
+only as far as the shadows show it helps (a premature "conversation ended" that cools pages
+the next turn needs loses to the plain twin, and the plain twin leads).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from cache_runtime.policies import EvictionPolicy, LRUPolicy
+from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
+from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
+
+if TYPE_CHECKING:
+    from cache_runtime.settings import PolicySettings
+
+
+class Candidate(NamedTuple):
+    make: Callable[[], EvictionPolicy]
+    hinted: bool  # gets Hint.TAIL / Hint.CONVERSATION on insert and `on_cold`
+    why: str
+
+
+# Each is in because a shipped or reported trace has it ahead of the others somewhere
+# (`preheat bench cache`, 2026-12-02; issue 21 for the unshipped conversation trace).
+CANDIDATES: dict[str, Candidate] = {
+    # first: it leads until the shadows disagree (the previous default's leader), and as a
+    # hinted one it honours an explicit `cool` before there is evidence against it
+    "prefix-arc": Candidate(PrefixARC, True, "ARC with the application's hints"),
+    "prefix-slru": Candidate(PrefixSLRU, True, "SLRU with the application's hints"),
+    "lru": Candidate(LRUPolicy, False, "a real conversation trace at 20%: above MQ and ARC"),
+    "mq": Candidate(MQPolicy, False, "Mooncake at 5% and 20%, a real conversation trace 1-10%"),
+    "arc": Candidate(PrefixARC, False, "small caches whose reuse distances shift"),
+    "slru": Candidate(PrefixSLRU, False, "a protected working set that fits (Mooncake 10%)"),
+    "s3fifo": Candidate(S3FIFOPolicy, False, "cache2k web07 at 1%: one-hit wonders"),
+    "lirs": Candidate(LIRSPolicy, False, "the LIRS block traces: loops larger than the cache"),
+}
+DEFAULT_POOL = tuple(CANDIDATES)
+# as `settings.PolicySettings`' defaults (a test holds them equal)
+DEFAULT_SAMPLE_RATE = 1 / 16
+DEFAULT_WINDOW = 4096  # sampled accesses
+DEFAULT_HYSTERESIS = 0.005  # a challenger must lead by this share of the window's accesses
+DEFAULT_MIN_SHADOW = 128  # entries per shadow at least: the rate rises for small caches
+
+_SPOT_BITS = 24
+_MASK64 = (1 << 64) - 1
+
+
+def _spot(key: object) -> int:
+    """Where a key falls in [0, 2**24), the same in every process. Ints are mixed by a
+    Fibonacci multiply (block numbers are often strided: `key % n` would sample one stride);
+    strings by CRC-32. Rejected: Python's `hash`, salted per process for strings — replays of
+    one trace then differed by ~2% of hits from run to run."""
+    if isinstance(key, int):
+        return ((key * 0x9E3779B97F4A7C15) & _MASK64) >> (64 - _SPOT_BITS)
+    return zlib.crc32(str(key).encode()) >> (32 - _SPOT_BITS)
+
+
+def _never(_: object) -> bool:
+    return False
+
+
+class _Shadow:
+    """A small simulated cache of one candidate over the sampled keys."""
+
+    __slots__ = ("capacity", "hinted", "policy", "resident")
+
+    def __init__(self, candidate: Candidate, capacity: int) -> None:
+        self.policy = candidate.make()
+        self.capacity = max(1, capacity)
+        self.resident: set[object] = set()
+        self.hinted = candidate.hinted
+
+    def access(self, key: str, hint: str | None) -> bool:
+        if key in self.resident:
+            self.policy.on_access(key, 0.0)
+            return True
+        if len(self.resident) >= self.capacity:
+            gone = self.policy.victim(_never)
+            self.policy.on_remove(gone)
+            self.resident.discard(gone)
+        self.policy.on_insert(key, 0.0, hint if self.hinted else None)
+        self.resident.add(key)
+        return False
+
+    def cool(self, key: str) -> None:
+        if self.hinted and key in self.resident:
+            self.policy.on_cold(key)
+
+
+class PoolPolicy(EvictionPolicy):
+    """Follows the candidate whose shadow hit most over the last `window` sampled accesses
+    (see the module docstring). `pool`: names from `CANDIDATES`, the first leads until the
+    shadows say otherwise; `sample_rate`: the share of keys sampled, raised for small caches
+    so that each shadow holds `min_shadow` entries (1.0 replays every key at full size);
+    `hysteresis`: the lead, as a share of the window, a challenger needs to take over.
+    `capacity` in entries when known (unit-size replay); else learned when the cache fills."""
+
+    name = "preheat"
+
+    def __init__(
+        self,
+        pool: Sequence[str] = DEFAULT_POOL,
+        sample_rate: float = DEFAULT_SAMPLE_RATE,
+        window: int = DEFAULT_WINDOW,
+        hysteresis: float = DEFAULT_HYSTERESIS,
+        min_shadow: int = DEFAULT_MIN_SHADOW,
+        capacity: int | None = None,
+    ) -> None:
+        unknown = [name for name in pool if name not in CANDIDATES]
+        if unknown or not pool:
+            raise ValueError(f"pool {list(pool)}: choose from {', '.join(CANDIDATES)}")
+        if not (0 < sample_rate <= 1 and window > 0 and hysteresis >= 0 and min_shadow > 0):
+            raise ValueError("need 0 < sample_rate <= 1, window > 0, hysteresis >= 0")
+        self.pool = tuple(pool)
+        self._candidates = [CANDIDATES[name] for name in self.pool]
+        self.sample_rate, self.min_shadow, self.hysteresis = sample_rate, min_shadow, hysteresis
+        self._window: deque[tuple[bool, ...]] = deque(maxlen=window)
+        self._wins = [0] * len(self.pool)
+        self._shadows: list[_Shadow] | None = None
+        self._threshold = -1  # sampled: _spot(key) < threshold; none before the duel starts
+        self._sampled: set[object] = set()  # resident keys that are sampled
+        self._resident = 0
+        self.leader = self.target = 0
+        self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
+        self._seen = 0
+        self._install(self._candidates[0].make())
+        if capacity is not None:
+            self._start(capacity)
+
+    @classmethod
+    def from_settings(cls, settings: PolicySettings) -> PoolPolicy:
+        """The pool `settings` describe (`Settings.policy`)."""
+        return cls(
+            settings.pool or DEFAULT_POOL,
+            settings.sample_rate,
+            settings.window,
+            settings.hysteresis,
+            settings.min_shadow,
+        )
+
+    @property
+    def leader_name(self) -> str:
+        return self.pool[self.leader]
+
+    @property
+    def effective_rate(self) -> float | None:
+        """The sampling rate in use, once the cache's size is known."""
+        return None if self._shadows is None else self._rate
+
+    def _install(self, live: EvictionPolicy) -> None:
+        self._live = live
+        self._hinted = self._candidates[self.leader].hinted
+        self._live_access, self._live_insert = live.on_access, live.on_insert
+
+    def _start(self, capacity: int) -> None:
+        self._rate = min(1.0, max(self.sample_rate, self.min_shadow / max(1, capacity)))
+        self._threshold = round(self._rate * (1 << _SPOT_BITS))
+        size = round(self._rate * capacity)
+        self._shadows = [_Shadow(candidate, size) for candidate in self._candidates]
+        threshold = self._threshold
+        self._sampled = {key for key, _ in self._live.ranked() if _spot(key) < threshold}
+
+    def _observe(self, key: str, hint: str | None) -> None:
+        result = tuple([shadow.access(key, hint) for shadow in self._shadows])  # type: ignore[union-attr]
+        window, wins = self._window, self._wins
+        if len(window) == window.maxlen:
+            for i, hit in enumerate(window[0]):
+                wins[i] -= hit
+        window.append(result)
+        for i, hit in enumerate(result):
+            wins[i] += hit
+        self._seen += 1
+        best = max(range(len(wins)), key=wins.__getitem__)
+        if wins[best] > wins[self.target] + max(1.0, self.hysteresis * len(window)):
+            self.target = best
+
+    def _switch(self) -> None:
+        """Hand the resident keys to the target, in the leader's eviction order."""
+        ranked = self._live.ranked()
+        self.leader = self.target
+        self.switches.append((self._seen, self.leader_name))
+        live = self._candidates[self.leader].make()
+        insert, access = live.on_insert, live.on_access
+        for key, reused in ranked:
+            insert(key, 0.0, None)
+            if reused:  # twice: S3-FIFO promotes on two hits, MQ ranks by count
+                access(key, 0.0)
+                access(key, 0.0)
+        self._install(live)
+
+    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+        self._resident += 1
+        self._live_insert(key, now, hint if self._hinted else None)
+        if _spot(key) < self._threshold:
+            self._sampled.add(key)
+            self._observe(key, hint)
+
+    def on_access(self, key: str, now: float) -> None:
+        self._live_access(key, now)
+        if key in self._sampled:
+            self._observe(key, None)
+
+    def on_access_many(self, keys: Sequence[str]) -> None:
+        """The leader in bulk; the shadows replay the sampled hits one by one, repeats
+        included (a shadow, smaller than the cache, may miss and evict between them)."""
+        self._live.on_access_many(keys)
+        for key in filter(self._sampled.__contains__, keys):
+            self._observe(key, None)
+
+    def on_remove(self, key: str) -> None:
+        self._resident -= 1
+        self._sampled.discard(key)
+        self._live.on_remove(key)
+
+    def on_cold(self, key: str) -> None:
+        if self._hinted:
+            self._live.on_cold(key)
+        if key in self._sampled:
+            for shadow in self._shadows or ():
+                shadow.cool(key)
+
+    def victim(self, keep: Callable[[str], bool]) -> str | None:
+        if self._shadows is None:  # the cache just filled: its size in entries is known now
+            self._start(self._resident)
+        if self.target != self.leader:
+            self._switch()
+        return self._live.victim(keep)
+
+    def ranked(self) -> list[tuple[str, bool]]:
+        return self._live.ranked()

@@ -1,0 +1,168 @@
+"""The pool selector: it switches to the candidate that wins, hands the cache over intact, and
+the tier's buffered hits switch it exactly where eager hits do."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cache_runtime.policies import make_policy
+from cache_runtime.pool import CANDIDATES, PoolPolicy
+from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
+from cache_runtime.simulator import replay
+from cache_runtime.tiers.memory import MemoryTier
+
+C = 200
+
+
+def _loop(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """A loop a bit larger than the cache: recency keeps nothing, LIRS keeps most of it."""
+    return np.tile(np.arange(int(1.3 * C)), 60), None
+
+
+def _drift(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """A hot set that slides along: only recency matters, history misleads."""
+    return np.arange(40_000) // 40 + rng.integers(0, C // 2, 40_000), None
+
+
+def _interleave(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = np.empty(len(a) + len(b), dtype=np.int64)
+    out[0::2], out[1::2] = a, b
+    return out
+
+
+def _hot_scan(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """A hot set of 70% of the cache between the blocks of a long scan."""
+    scan = np.arange(10**6, 10**6 + 40_000)
+    return _interleave(rng.integers(0, int(0.7 * C), 40_000), scan), None
+
+
+def _frequency(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Skewed keys re-read at distances beyond the cache, with one-hit wonders between."""
+    return _interleave(rng.zipf(1.05, 40_000) % (5 * C), np.arange(10**7, 10**7 + 40_000)), None
+
+
+def _tails(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Requests of four shared prefix blocks (of 60 prompts) and a private last block."""
+    prompts = rng.integers(0, 60, 12_000)
+    blocks = np.column_stack([prompts * 10 + j for j in range(4)] + [10**6 + np.arange(12_000)])
+    return blocks.ravel(), np.arange(0, blocks.size, 5)
+
+
+def _count_frequency(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """A fixed skewed set of 3x the cache: long-run counts pay, recency does not."""
+    return rng.zipf(1.2, 60_000) % (3 * C), None
+
+
+# candidate -> (a rival that leads first, the trace built to favour the candidate over it)
+FAVOURED = {
+    "lirs": ("lru", _loop),
+    "lru": ("lirs", _drift),
+    "slru": ("lru", _hot_scan),
+    "arc": ("lru", _hot_scan),
+    "s3fifo": ("lru", _frequency),
+    "mq": ("lru", _count_frequency),
+    "prefix-arc": ("arc", _tails),
+    "prefix-slru": ("slru", _tails),
+}
+
+
+def _standalone(name: str, accesses: np.ndarray, starts: np.ndarray) -> int:
+    candidate = CANDIDATES[name]
+    return int(replay(candidate.make(), accesses, starts, C, hints=candidate.hinted).sum())
+
+
+@pytest.mark.parametrize("favoured", list(FAVOURED))
+def test_the_selector_switches_to_the_candidate_the_trace_favours(favoured: str) -> None:
+    rival, build = FAVOURED[favoured]
+    accesses, starts = build(np.random.default_rng(0))
+    accesses = np.asarray(accesses, dtype=np.int64)
+    starts = np.arange(len(accesses)) if starts is None else starts
+    assert _standalone(favoured, accesses, starts) > _standalone(rival, accesses, starts)
+
+    pool = PoolPolicy((rival, favoured), capacity=C)
+    hits = replay(pool, accesses, starts, C).sum()
+
+    assert pool.leader_name == favoured and pool.switches[0][1] == favoured
+    assert hits > _standalone(rival, accesses, starts)
+
+
+def test_the_whole_pool_follows_lirs_on_a_loop() -> None:
+    accesses, _ = _loop(np.random.default_rng(0))
+    pool = PoolPolicy(capacity=C)
+    hits = replay(pool, accesses, np.arange(len(accesses)), C).sum()
+    assert pool.leader_name == "lirs"
+    assert hits >= 0.98 * _standalone("lirs", accesses, np.arange(len(accesses)))
+
+
+def test_hysteresis_keeps_a_tie_from_flapping() -> None:
+    rng = np.random.default_rng(1)
+    accesses = rng.integers(0, 3 * C, 40_000)  # uniform: every policy hits about 1/3
+    pool = PoolPolicy(("lru", "arc", "s3fifo"), capacity=C, hysteresis=0.02)
+    replay(pool, accesses, np.arange(len(accesses)), C)
+    assert len(pool.switches) <= 2
+
+
+@pytest.mark.parametrize("policy", [S3FIFOPolicy, MQPolicy, LIRSPolicy])
+def test_candidates_evict_only_resident_keys_and_honour_keep(policy: type) -> None:
+    rng = np.random.default_rng(2)
+    live, resident = policy(), set()
+    pinned = {"k0", "k1"}
+    for key_id in rng.zipf(1.3, 5000) % 300:
+        key = f"k{key_id}"
+        if key in resident:
+            live.on_access(key, 0.0)
+            continue
+        if len(resident) >= 40:
+            gone = live.victim(pinned.__contains__)
+            assert gone in resident and gone not in pinned
+            live.on_remove(gone)
+            resident.discard(gone)
+        live.on_insert(key, 0.0, None)
+        resident.add(key)
+    assert {key for key, _ in live.ranked()} == resident
+
+
+def test_a_switch_hands_over_every_resident_key() -> None:
+    accesses, _ = _loop(np.random.default_rng(0))
+    pool = PoolPolicy(("lru", "lirs"), capacity=C)
+    resident: set[int] = set()
+    for key in accesses.tolist():
+        if key in resident:
+            pool.on_access(key, 0.0)
+            continue
+        if len(resident) >= C:
+            gone = pool.victim(lambda _: False)
+            pool.on_remove(gone)
+            resident.discard(gone)
+        pool.on_insert(key, 0.0, None)
+        resident.add(key)
+    assert pool.switches and {key for key, _ in pool.ranked()} == resident
+
+
+def test_pool_and_rate_are_checked() -> None:
+    with pytest.raises(ValueError, match="choose from"):
+        PoolPolicy(("lru", "belady"))
+    with pytest.raises(ValueError, match="sample_rate"):
+        PoolPolicy(sample_rate=0)
+    assert PoolPolicy(capacity=100, min_shadow=50).effective_rate == 0.5
+    assert PoolPolicy(capacity=10**6).effective_rate == pytest.approx(1 / 16)
+
+
+def test_the_tier_serves_the_pool_by_default() -> None:
+    tier = MemoryTier(1000)
+    assert isinstance(tier.policy, PoolPolicy) and make_policy("preheat").name == "preheat"
+
+
+def test_settings_describe_the_default_pool_and_refuse_unknown_candidates() -> None:
+    from pydantic import ValidationError
+
+    from cache_runtime.settings import PolicySettings
+
+    built = PoolPolicy.from_settings(PolicySettings())
+    default = PoolPolicy()
+    assert built.pool == default.pool and built.sample_rate == default.sample_rate
+    assert built.hysteresis == default.hysteresis and built.min_shadow == default.min_shadow
+    assert PoolPolicy.from_settings(PolicySettings(pool=("lru", "lirs"))).pool == ("lru", "lirs")
+    with pytest.raises(ValidationError, match="unknown candidates"):
+        PolicySettings(pool=("lru", "belady"))
