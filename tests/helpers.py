@@ -3,6 +3,8 @@ through its conftest)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -38,6 +40,41 @@ def run_cli(*args: str, cwd: Path, timeout_s: float = 300) -> subprocess.Complet
     return subprocess.run(
         [PREHEAT, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
     )
+
+
+def invoke_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `preheat` in this process, as `run_cli` does in a subprocess: the same entry point
+    (`flows.cli.main`, which turns every error into one line and an exit code), with stdout and
+    stderr captured by Typer's `CliRunner` and `env` set for the call only.
+
+    For the refusals, which fail before any work: a subprocess costs them an interpreter start
+    and the CLI's imports, seconds each on the 2-core CI machine. The commands set Prefect and
+    MLflow defaults in `os.environ` (`configure_runtime_env`): the environment is put back. Other
+    process-wide state a command sets stays (MLflow's tracking URI, once a store is opened), as it
+    does after any test that opens one: tests name their store.
+    """
+    from typer.testing import CliRunner
+
+    from flows.cli import main
+
+    saved_env, saved_argv = dict(os.environ), sys.argv
+    try:
+        with contextlib.chdir(cwd), CliRunner().isolation(env=env) as (out, err, _):
+            sys.argv = ["preheat", *args]
+            try:
+                main()
+            except SystemExit as done:
+                code = done.code
+            sys.stdout.flush()
+            sys.stderr.flush()
+            stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    finally:
+        sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess([PREHEAT, *args], int(code or 0), stdout, stderr)
 
 
 def write_warmable_lake(root: Path, hours: float = 2.0) -> Path:

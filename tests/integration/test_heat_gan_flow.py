@@ -11,7 +11,7 @@ import mlflow
 import orjson
 import pytest
 import torch
-from helpers import run_cli, write_warmable_lake
+from helpers import invoke_cli, run_cli, write_warmable_lake
 
 from models.heat.registry import CHAMPION, EXPERIMENT, MODEL_NAME
 
@@ -62,11 +62,16 @@ def test_the_flow_logs_realism_registers_and_gates(trained: tuple[dict, str, Pat
     assert (str(aliases.get(CHAMPION)) == result["version"]) is promoted
 
 
-def _cli(data_dir: Path, store: str, store_dir: Path, *args: str):
+def _cli(data_dir: Path, store: str, store_dir: Path, *args: str, in_process: bool = False):
+    """`preheat` on the store: the installed command, or `flows.cli.main` in this process (the
+    refusals, which fail before any work; a subprocess spent 13-17 s importing torch and MLflow)."""
     env = {"PREHEAT_MLFLOW_URI": store, "PREHEAT_MLFLOW_ARTIFACTS": str(store_dir / "art")}
+    args = (*args, "--data-dir", str(data_dir))
+    if in_process:
+        return invoke_cli(*args, cwd=data_dir.parent, env=env)
     os.environ.update(env)  # run_cli inherits the environment
     try:
-        return run_cli(*args, "--data-dir", str(data_dir), cwd=data_dir.parent)
+        return run_cli(*args, cwd=data_dir.parent)
     finally:
         for key in env:
             os.environ.pop(key, None)
@@ -112,7 +117,7 @@ def test_simulate_heat_bad_input_is_one_line(
 ) -> None:
     _, store, store_dir = trained
     tenant = () if "--tenant" in args or not args else ("--tenant", "acme-bank")
-    done = _cli(data_dir, store, store_dir, "simulate", "heat", *tenant, *args)
+    done = _cli(data_dir, store, store_dir, "simulate", "heat", *tenant, *args, in_process=True)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
@@ -120,6 +125,8 @@ def test_simulate_heat_bad_input_is_one_line(
 
 def test_simulate_heat_without_a_champion_says_what_to_run(data_dir: Path, tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path}/empty.db"
-    done = _cli(data_dir, store, tmp_path, "simulate", "heat", "--tenant", "acme-bank")
+    done = _cli(
+        data_dir, store, tmp_path, "simulate", "heat", "--tenant", "acme-bank", in_process=True
+    )
     assert done.returncode == 2
     assert "preheat train heat-gan" in done.stderr

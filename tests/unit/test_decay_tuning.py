@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pytest
+from helpers import invoke_cli
 
 from cache_runtime.heat import DecayParams
 from cache_runtime.policies import HeatPolicy, LRUPolicy
@@ -76,10 +77,9 @@ def test_cli_prints_the_tuning_json(mooncake_like: Path, tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     result = orjson.loads(done.stdout)
     assert {"rounds", "best", "default", "grid_optimum"} <= result.keys()
-    bad = subprocess.run(
-        [preheat, "tune", "decay", "--trace", str(mooncake_like), "--format", "lirs"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
-    )  # fmt: skip
+    bad = invoke_cli(
+        "tune", "decay", "--trace", str(mooncake_like), "--format", "lirs", cwd=tmp_path
+    )
     assert bad.returncode == 2 and "needs per-request timestamps" in bad.stderr
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_cli
+from helpers import invoke_cli
 from test_semantic import bag_of_words
 
 from flows.bench.semantic_bench import bench_semantic, rates, split_half
@@ -119,7 +119,7 @@ def test_bench_semantic_reports_both_systems_and_the_guards() -> None:
 def test_cli_rejects_a_bad_pairs_file_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "pairs.jsonl"
     bad.write_text('{"text_a": "x"}\n')
-    done = run_cli("bench", "semantic", "--pairs", str(bad), "--json", cwd=tmp_path)
+    done = invoke_cli("bench", "semantic", "--pairs", str(bad), "--json", cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [
         f"preheat: error: {bad}: record 1 needs text_a, text_b (strings), label 0|1"

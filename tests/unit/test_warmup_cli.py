@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
-from helpers import run_cli
+from helpers import invoke_cli, run_cli
 
 from data_contracts import WarmupPlan
 from data_contracts.lake import Lake
@@ -60,19 +60,19 @@ def test_plan_only_json_is_a_valid_plan(lake_dir: Path) -> None:
 
 
 def test_execution_without_a_model_is_one_line(lake_dir: Path) -> None:
-    done = run_cli("warmup", "--data-dir", str(lake_dir), cwd=lake_dir.parent)
+    done = invoke_cli("warmup", "--data-dir", str(lake_dir), cwd=lake_dir.parent)
     one_line_error(done, "no LLM to warm with: give a model path (--model-path)")
     assert not (lake_dir.parent / "mlruns").exists()  # looking for one did not create a store
 
 
 def test_empty_data_dir_is_one_line(tmp_path: Path) -> None:
-    done = run_cli("warmup", "--plan-only", "--data-dir", str(tmp_path / "data"), cwd=tmp_path)
+    done = invoke_cli("warmup", "--plan-only", "--data-dir", str(tmp_path / "data"), cwd=tmp_path)
     one_line_error(done, "no lake under")
 
 
 def test_empty_lake_and_bad_granularity_are_one_line(tmp_path: Path) -> None:
     Lake(tmp_path / "data" / "lake")
-    done = run_cli("warmup", "--plan-only", "--data-dir", str(tmp_path / "data"), cwd=tmp_path)
+    done = invoke_cli("warmup", "--plan-only", "--data-dir", str(tmp_path / "data"), cwd=tmp_path)
     one_line_error(done, "holds no requests: run `preheat ingest` first")
     bad = ("warmup", "--plan-only", "--granularity", "7min", "--data-dir", str(tmp_path / "data"))
-    one_line_error(run_cli(*bad, cwd=tmp_path), "--granularity '7min': choose one of")
+    one_line_error(invoke_cli(*bad, cwd=tmp_path), "--granularity '7min': choose one of")
