@@ -13,11 +13,17 @@ when blocks are asked for again learned on the stream (`flows.replay.demand`).
 The restore reference is the same replay where each restart instantly restores the pre-restart
 contents — which leaves the cache exactly as if the node had not restarted — so it is run as the
 replay without restarts and scored on the same after-restart windows.
+
+The walk records each request's KV loads and prompt tokens left to prefill; TTFT comes after
+the walk, from the prefill queue (`queueing`): the cache decides what a request costs, the
+engine when it is served, and every arm of one comparison is priced by the same engine.
+`--load X` divides the trace's arrival times by X (`scale_load`): restarts, windows and heat
+stay in clock seconds. The tiers are the fast replay's (`sim_tiers`) unless `real_tiers`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
@@ -30,9 +36,11 @@ from flows.replay.demand import DemandModel
 from flows.replay.latency import BLOCK_TOKENS, ReplayLatency
 from flows.replay.node import Node, TraceClock
 from flows.replay.planning import plan_ahead, plan_warmup
+from flows.replay.queueing import QueueResult, simulate_queue
+from flows.replay.summary import TIERS, after_restart_mask, summarize
 from flows.replay.warming import HeatManifest, WarmWorker
 
-TIERS = ("memory", "ssd", "redis")
+__all__ = ["after_restart_mask", "summarize"]  # re-exported: the replay's public surface
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,8 @@ class ReplayConfig:
     # node loses was evicted for a reason, and restart rehydration is where warm-up pays.
     ahead_every_s: float | None = None
     value_bytes: int = 64
+    real_tiers: bool = False  # the real SSD and Redis tiers instead of `sim_tiers`'
+    load: float = 1.0  # the trace's arrival rate x this (`scale_load`), recorded with the run
 
     def __post_init__(self) -> None:
         for name in ("memory", "ssd", "redis"):
@@ -86,6 +96,8 @@ class ReplayConfig:
             raise ValueError("min_use_probability must be in [0, 1)")
         if self.retention_s is not None and self.retention_s <= 0:
             raise ValueError("retention_s must be positive seconds (or None: the default)")
+        if not self.load > 0:
+            raise ValueError("--load must be a positive factor")
 
     @property
     def retention(self) -> float:
@@ -132,17 +144,39 @@ class PreparedTrace:
 
 @dataclass
 class ArmResult:
-    ttft_ms: np.ndarray  # (R,) modelled time to first token of each request
+    ttft_ms: np.ndarray  # (R,) modelled time to first token of each request, queue included
     served: dict[str, int]  # blocks served from each tier (usable prefix hits)
     blocks: int
     restarts: list[float]
     hit_blocks: np.ndarray  # (R,) usable cached blocks of each request
     request_blocks: np.ndarray  # (R,) blocks of each request
     warm: dict[str, float] = field(default_factory=dict)
+    queue: QueueResult | None = None  # the prefill servers' schedule (utilisation)
+    # (N,) the tier that served each access (index into TIERS), -1 where it was computed
+    access_tiers: np.ndarray | None = None
+
+
+def scale_load(trace: AccessTrace, load: float) -> AccessTrace:
+    """The trace with its arrival rate multiplied by `load` (times from the first divided by
+    it): the same requests, denser; the replay's clock (restarts, windows, heat) is unchanged."""
+    if load == 1.0 or trace.times is None:
+        return trace
+    start = float(trace.times[0])
+    return replace(trace, times=start + (trace.times - start) / load)
 
 
 def _sizes(config: ReplayConfig, unique: int) -> tuple[int, int]:
     return round(config.memory * unique), round(config.ssd * unique)
+
+
+def _node(config: ReplayConfig, prepared: PreparedTrace, redis_url: str | None) -> Node:
+    memory_blocks, ssd_blocks = _sizes(config, len(prepared.keys))
+    shared = None if config.real_tiers else round(config.redis * len(prepared.keys))
+    real_redis = redis_url if config.redis > 0 and config.real_tiers else None
+    return Node(
+        memory_blocks, ssd_blocks, TraceClock(), real_redis, config.value_bytes,
+        fast_redis_blocks=shared,
+    )  # fmt: skip
 
 
 def replay_arm(
@@ -154,15 +188,7 @@ def replay_arm(
     """One replay of the whole trace; see the module docstring for what it models."""
     trace = prepared.trace
     memory_blocks, ssd_blocks = _sizes(config, len(prepared.keys))
-    clock = TraceClock()
-    node = Node(
-        memory_blocks,
-        ssd_blocks,
-        clock,
-        redis_url if config.redis > 0 else None,
-        config.value_bytes,
-    )
-    value = bytes(config.value_bytes)
+    node, value = _node(config, prepared, redis_url), bytes(config.value_bytes)
     manifest = HeatManifest(len(prepared.keys), config.half_life_s)
     recent = HeatManifest(len(prepared.keys), config.order_half_life_s)
     worker = WarmWorker(prepared.keys, prepared.parents, prepared.tokens, latency, value)
@@ -170,22 +196,20 @@ def replay_arm(
         config.window_s, config.retention, config.min_expected_uses, groups=prepared.cohorts
     )
     bounds = np.append(trace.request_starts, len(trace.accesses))
-    times = trace.times if trace.times is not None else np.arange(len(trace.accesses), dtype=float)
-    start_time = float(times[0])
-    next_restart = start_time + config.restart_every_s if config.restart_every_s else np.inf
-    next_ahead = start_time + config.ahead_every_s if config.ahead_every_s else np.inf
-    ttft = np.zeros(len(trace.request_starts))
-    hit_blocks = np.zeros(len(trace.request_starts), dtype=np.int64)
-    served = dict.fromkeys(TIERS, 0)
-    restarts: list[float] = []
+    times = request_times(trace)
+    next_restart = times[0] + config.restart_every_s if config.restart_every_s else np.inf
+    next_ahead = times[0] + config.ahead_every_s if config.ahead_every_s else np.inf
+    costs = np.zeros((len(times), 2))  # (R, load ms | prefill tokens) of each request
+    hit_blocks = np.zeros(len(times), dtype=np.int64)
+    access_tiers = np.full(len(trace.accesses), -1, dtype=np.int8)
+    served, restarts = dict.fromkeys(TIERS, 0), []
     try:
         for r, (first, end) in enumerate(pairwise(bounds.tolist())):
-            now = float(times[first])
-            clock.now = now
+            now = node.clock.now = float(times[r])
             while now >= next_restart:
                 node.restart()
                 worker.forget_local()
-                restarts.append(next_restart)
+                restarts.append(float(next_restart))
                 if config.warmup:
                     plan_warmup(
                         worker, node, demand, (manifest, recent), next_restart, config,
@@ -198,7 +222,10 @@ def replay_arm(
                     next_ahead = now + (config.ahead_every_s or np.inf)
                 worker.advance(node, now)
             request = prepared.blocks[first:end]
-            ttft[r], hit_blocks[r] = _serve(node, prepared, request, latency, served, worker, value)
+            load_ms, tokens, hit_blocks[r] = _serve(
+                node, prepared, request, latency, served, worker, value, access_tiers[first:end]
+            )
+            costs[r] = load_ms, tokens
             seen = np.unique(request)
             if config.warmup:  # before the bump: probes see what the manifest knew
                 demand.observe(now, seen, (manifest, recent))
@@ -206,12 +233,31 @@ def replay_arm(
             recent.bump(seen, now)
     finally:
         node.close()
-    warm = {
+    ttft, queue = _priced(times, costs, latency)
+    return ArmResult(
+        ttft, served, len(trace.accesses), restarts, hit_blocks, np.diff(bounds),
+        _warm_counts(worker, node), queue, access_tiers,
+    )  # fmt: skip
+
+
+def _warm_counts(worker: WarmWorker, node: Node) -> dict[str, float]:
+    return {
         "items": worker.items, "used": worker.used, "cost_s": round(worker.cost_s, 3),
         "tier_errors": sum(node.errors.values()),
         "expected_used": round(worker.expected_used, 1),
     }  # fmt: skip
-    return ArmResult(ttft, served, len(trace.accesses), restarts, hit_blocks, np.diff(bounds), warm)
+
+
+def _priced(
+    times: np.ndarray, costs: np.ndarray, latency: ReplayLatency
+) -> tuple[np.ndarray, QueueResult]:
+    """(R,) TTFT ms of requests arriving at `times` (s) with `costs` (R, load ms | prefill
+    tokens), and the prefill servers' schedule: first token - arrival + the fixed overhead."""
+    queue = simulate_queue(
+        times * 1000, costs[:, 0], costs[:, 1], latency.servers, latency.prefill_ms_per_token,
+        latency.chunk_tokens,
+    )  # fmt: skip
+    return queue.done_ms - times * 1000 + latency.base_ms, queue
 
 
 def _serve(
@@ -222,11 +268,13 @@ def _serve(
     served: dict[str, int],
     worker: WarmWorker,
     value: bytes,
-) -> tuple[float, int]:
-    """Walk one request's blocks; returns (TTFT ms, usable cached blocks)."""
+    tiers_out: np.ndarray,
+) -> tuple[float, int, int]:
+    """Walk one request's blocks, noting in `tiers_out` (its accesses) the tier that served
+    each; returns (ms of KV loads, prompt tokens to prefill, usable cached blocks)."""
     cache, keys = node.cache, prepared.keys
-    ttft = latency.base_ms
-    usable = 0
+    load_ms = 0.0
+    tokens = usable = 0
     missed = False
     last = len(request) - 1
     for position, block in enumerate(request.tolist()):
@@ -234,84 +282,18 @@ def _serve(
         if not missed:
             found, tier = cache.get_with_tier(key)
             if found is not None and tier is not None:
-                ttft += latency.load_ms_per_block.get(tier, 0.0)
+                load_ms += latency.load_ms_per_block.get(tier, 0.0)
                 served[tier] += 1
+                tiers_out[position] = TIERS.index(tier)
                 usable += 1
                 worker.note_use(block)
                 continue
             missed = True
-        ttft += latency.prefill_ms(int(prepared.tokens[block]))
+        tokens += int(prepared.tokens[block])
         worker.note_recomputed(block)
         parent = keys[request[position - 1]] if position else None
         cache.put(key, value, parent=parent, hint=Hint.TAIL if position == last else None)
-    return ttft, usable
-
-
-def _window_stats(result: ArmResult, mask: np.ndarray) -> dict[str, Any]:
-    if not mask.any():
-        return {"requests": 0, "hit_ratio": 0.0, "ttft_ms": {"p50": 0.0, "p95": 0.0, "mean": 0.0}}
-    ttft = result.ttft_ms[mask]
-    return {
-        "requests": int(mask.sum()),
-        "hit_ratio": round(
-            float(result.hit_blocks[mask].sum() / result.request_blocks[mask].sum()), 4
-        ),
-        "ttft_ms": {
-            "p50": round(float(np.percentile(ttft, 50)), 2),
-            "p95": round(float(np.percentile(ttft, 95)), 2),
-            "mean": round(float(ttft.mean()), 2),
-        },
-    }
-
-
-def after_restart_mask(times: np.ndarray, restarts: list[float], window_s: float) -> np.ndarray:
-    """(R,) requests that arrive within `window_s` after a restart."""
-    mask = np.zeros(len(times), dtype=bool)
-    for at in restarts:
-        mask |= (times >= at) & (times < at + window_s)
-    return mask
-
-
-def summarize(
-    result: ArmResult, reference: ArmResult, request_times: np.ndarray, config: ReplayConfig,
-    latency: ReplayLatency,
-) -> dict[str, Any]:  # fmt: skip
-    """The JSON object of `preheat replay` (fields named in issue 7)."""
-    total_served = sum(result.served.values())
-    after = after_restart_mask(request_times, result.restarts, config.window_s)
-    items = int(result.warm.get("items", 0))
-    ttft = result.ttft_ms
-    return {
-        "requests": len(ttft),
-        "hit_ratio": {
-            **{tier: round(result.served[tier] / result.blocks, 4) for tier in TIERS},
-            "total": round(total_served / result.blocks, 4),
-        },
-        "ttft_ms": {
-            "p50": round(float(np.percentile(ttft, 50)), 2),
-            "p95": round(float(np.percentile(ttft, 95)), 2),
-            "p99": round(float(np.percentile(ttft, 99)), 2),
-            "mean": round(float(ttft.mean()), 2),
-        },
-        "after_restart": _window_stats(result, after),
-        "warmup": {
-            "items": items,
-            "precision": round(result.warm.get("used", 0) / items, 4) if items else 0.0,
-            "cost_s": result.warm.get("cost_s", 0.0),
-            "target_precision": config.target_precision,
-            # the plans' own forecast of the precision: their items' mean P(used) when planned
-            "expected_precision": (
-                round(result.warm.get("expected_used", 0.0) / items, 4) if items else 0.0
-            ),
-        },
-        "restore_reference": {"after_restart": _window_stats(reference, after)},
-        "restarts": len(result.restarts),
-        # Failed tier operations (each degraded to a miss): non-zero means the machine, not the
-        # policy, shaped some of the numbers.
-        "tier_errors": int(result.warm.get("tier_errors", 0)),
-        "config": asdict(config),
-        "latency_model": latency.to_dict(),
-    }
+    return load_ms, tokens, usable
 
 
 def replay_arms(
@@ -320,10 +302,11 @@ def replay_arms(
     latency: ReplayLatency,
     redis_url: str | None = None,
 ) -> dict[str, ArmResult]:
-    """Replay each named configuration on its own (an emptied Redis each: arms share nothing)."""
+    """Replay each named configuration on its own (an emptied Redis each: arms share nothing),
+    all priced by the one `latency`."""
     results = {}
     for name, config in configs.items():
-        if config.redis > 0:
+        if config.redis > 0 and config.real_tiers:
             if redis_url is None:
                 raise ValueError("--redis needs a Redis (settings.redis_url, or the embedded one)")
             blocks = round(config.redis * len(prepared.keys))
@@ -337,20 +320,43 @@ def reference_config(config: ReplayConfig) -> ReplayConfig:
     return ReplayConfig(**{**asdict(config), "restart_every_s": None, "warmup": False})
 
 
+def comparison_configs(config: ReplayConfig, both: bool = False) -> dict[str, ReplayConfig]:
+    """The arms one comparison replays: warm-up off, the restore reference, and warm-up on
+    when `config` asks for it (or `both`)."""
+    arms = {
+        "off": replace(config, warmup=False),
+        "reference": reference_config(config),
+    }
+    if config.warmup or both:
+        arms["on"] = replace(config, warmup=True)
+    return arms
+
+
 def request_times(trace: AccessTrace) -> np.ndarray:
+    """(R,) arrival of each request, seconds (the access index where the trace has no times)."""
     times = trace.times if trace.times is not None else np.arange(len(trace.accesses), dtype=float)
-    return times[trace.request_starts]
+    return times[trace.request_starts].astype(float)
+
+
+def replay_comparison(
+    trace: AccessTrace, config: ReplayConfig, latency: ReplayLatency,
+    redis_url: str | None = None, both: bool = False,
+) -> tuple[dict[str, ArmResult], np.ndarray]:  # fmt: skip
+    """The arms of `comparison_configs(config, both)` replayed on `trace` at `config.load`, all
+    priced by the one `latency`; with each request's arrival (R,) on the scaled clock."""
+    scaled = scale_load(trace, config.load)
+    configs = comparison_configs(config, both)
+    arms = replay_arms(PreparedTrace.build(scaled), configs, latency, redis_url)
+    return arms, request_times(scaled)
 
 
 def run_replay(
     trace: AccessTrace, config: ReplayConfig, latency: ReplayLatency, redis_url: str | None = None
 ) -> dict[str, Any]:
-    """Replay `config`'s arm and the restore reference, and summarise (the CLI's JSON)."""
-    prepared = PreparedTrace.build(trace)
-    arms = replay_arms(
-        prepared, {"arm": config, "reference": reference_config(config)}, latency, redis_url
-    )
-    return summarize(arms["arm"], arms["reference"], request_times(trace), config, latency)
+    """Replay the comparison of `config` at its load and summarise `config`'s arm (the CLI's
+    JSON, without the report)."""
+    arms, times = replay_comparison(trace, config, latency, redis_url)
+    return summarize(arms, "on" if config.warmup else "off", times, config, latency)
 
 
 def limit_redis(redis_url: str, blocks: int, value_bytes: int, sample_key: str) -> None:

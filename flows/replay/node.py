@@ -1,10 +1,12 @@
 """One serving node in the replay: its local tiers (memory, SSD), the shared Redis, a trace clock.
 
 A restart replaces the memory tier and wipes the SSD tier (a re-imaged or new node starts with
-empty local disks); the shared Redis tier survives. The tiers are the real ones — policies,
-prefix closure, heat-aware SSD admission, Redis round trips — run on trace time through their
-injectable clocks; only the values are stand-ins of `value_bytes` (hit ratios do not depend on
-the bytes, and the latency model prices a block's real size).
+empty local disks); the shared Redis tier survives. With `fast` (the default of `preheat
+replay`) the SSD and Redis tiers are the in-memory simulations of `sim_tiers` and the memory
+tier and hybrid cache are the real code; otherwise every tier is the real one — policies,
+prefix closure, heat-aware SSD admission, Redis round trips. Both run on trace time through the
+tiers' injectable clocks; only the values are stand-ins of `value_bytes` (hit ratios do not
+depend on the bytes, and the latency model prices a block's real size).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from cache_runtime.hybrid import HybridCache
 from cache_runtime.tiers.memory import MemoryTier
 from cache_runtime.tiers.ssd import SSDTier
+from flows.replay.sim_tiers import SimRedisTier, SimSSDTier
 
 
 class TraceClock:
@@ -40,9 +43,17 @@ class Node:
         redis_url: str | None = None,
         value_bytes: int = 64,
         workdir: Path | None = None,
+        fast_redis_blocks: int | None = None,
     ) -> None:
+        """`fast_redis_blocks`: None for the real tiers (and a Redis at `redis_url` when one is
+        given); else the fast replay's tiers, with a simulated shared tier of that many blocks
+        (0: none)."""
         self.memory_blocks, self.ssd_blocks = memory_blocks, ssd_blocks
         self.clock, self.redis_url, self.value_bytes = clock, redis_url, value_bytes
+        self.fast = fast_redis_blocks is not None
+        self._shared: Any = None
+        if fast_redis_blocks:  # the shared tier outlives the node's restarts
+            self._shared = SimRedisTier(fast_redis_blocks, clock=clock)
         self._own_workdir = workdir is None
         self.workdir = (
             Path(tempfile.mkdtemp(prefix="preheat-replay-")) if workdir is None else workdir
@@ -66,10 +77,14 @@ class Node:
         tiers: list[Any] = []
         if self.memory_blocks > 0:
             tiers.append(MemoryTier(self.memory_blocks * self.value_bytes, clock=self.clock))
-        if self.ssd_blocks > 0:
+        if self.ssd_blocks > 0 and self.fast:
+            tiers.append(SimSSDTier(self.ssd_blocks * self.value_bytes, clock=self.clock))
+        elif self.ssd_blocks > 0:
             directory = self.workdir / f"ssd-{self.incarnation}"
             tiers.append(SSDTier(directory, self.ssd_blocks * self.value_bytes, clock=self.clock))
-        if self.redis_url is not None:
+        if self._shared is not None:
+            tiers.append(self._shared)
+        elif self.redis_url is not None and not self.fast:
             import redis
 
             from cache_runtime.tiers.redis_tier import RedisTier
@@ -80,7 +95,7 @@ class Node:
             raise ValueError("the node needs at least one tier: give --memory, --ssd or --redis")
         # A computed block is written to the fastest tier and to the shared one; the SSD fills
         # by demotion, as on a real node.
-        write_through = [tiers[0].name] + (["redis"] if self.redis_url is not None else [])
+        write_through = [tiers[0].name] + (["redis"] if tiers[-1].name == "redis" else [])
         return HybridCache(tiers, write_through=write_through, refill_workers=1)
 
     def _count_errors(self) -> None:

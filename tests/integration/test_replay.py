@@ -1,4 +1,5 @@
-"""The A/B replay: exact latency on tiny traces, restarts, rehydration from the past only, Redis."""
+"""The A/B replay: exact latency on tiny traces, restarts, rehydration from the past only, Redis;
+the fast (simulated) tiers against the real ones; the CLI's JSON, flags and report."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from flows.replay.engine import (
     PreparedTrace,
     ReplayConfig,
     after_restart_mask,
+    limit_redis,
     replay_arm,
     request_times,
     run_replay,
@@ -48,7 +50,9 @@ def test_ttft_prices_prefix_hits_and_prefill_exactly() -> None:
     # request 2 shares blocks 1, 2 with request 1, then diverges: 2 hits, 1 prefill
     trace = _trace([(0.0, [1, 2, 3]), (1.0, [1, 2, 4]), (2.0, [5, 2])])
     result = _arm(trace, memory=1.0, ssd=0.0)
-    assert result.ttft_ms.tolist() == [10 + 3 * 51.2, 10 + 2 * 1.0 + 51.2, 10 + 2 * 51.2]
+    # one server of 10 idle when each arrives: no wait, prefill in chunks of 512 tokens
+    expected = [10 + 3 * 51.2, 10 + 2 * 1.0 + 51.2, 10 + 2 * 51.2]
+    assert result.ttft_ms.tolist() == pytest.approx(expected)
     assert result.hit_blocks.tolist() == [0, 2, 0]  # block 2 of request 3 follows a miss
 
 
@@ -105,16 +109,57 @@ def test_warmup_work_takes_time_so_early_requests_still_miss() -> None:
     assert result.hit_blocks[3] == 40  # 10 s later everything is
 
 
-def test_shared_redis_survives_restarts() -> None:
+@pytest.mark.parametrize("real_tiers", [False, True])
+def test_shared_redis_survives_restarts(real_tiers: bool) -> None:
     """On a private server: the replay empties and caps the Redis it is given."""
     from cache_runtime.services import RedisServer
 
     trace = _trace([(float(t), [1, 2, 3]) for t in range(0, 100, 5)])
-    config = ReplayConfig(memory=1.0, ssd=1.0, redis=1.0, restart_every_s=50.0, window_s=20)
+    config = ReplayConfig(
+        memory=1.0, ssd=1.0, redis=1.0, restart_every_s=50.0, window_s=20, real_tiers=real_tiers
+    )
     with RedisServer() as server:
         summary = run_replay(trace, config, LATENCY, server.url)
         assert summary["after_restart"]["hit_ratio"] == 1.0  # the first loads from Redis
         assert summary["hit_ratio"]["redis"] > 0
+        assert summary["tiers"] == ("real" if real_tiers else "simulated")
+
+
+def _mooncake_slice(path: Path, requests: int) -> AccessTrace:
+    from flows.bench.traces import load_trace
+
+    trace = load_trace(path, "mooncake")
+    assert trace.times is not None
+    end = int(trace.request_starts[requests])
+    return AccessTrace(
+        "slice", trace.accesses[:end], trace.request_starts[:requests], trace.times[:end],
+        None if trace.tokens is None else trace.tokens[:end],
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("warmup", [False, True])
+def test_simulated_tiers_serve_every_access_as_the_real_ones(
+    mooncake_like: Path, warmup: bool
+) -> None:
+    """The fast replay is the real replay: on 300 requests of a Mooncake-like trace with tight
+    memory and SSD budgets (evicting and refusing), restarts and warm-up, and a shared Redis
+    with room for every block (the real one evicts by sampled LRU once full: below its cap it
+    must agree exactly), the same tier serves every access, and TTFT is the same."""
+    from cache_runtime.services import RedisServer
+
+    prepared = PreparedTrace.build(_mooncake_slice(mooncake_like, 300))
+    common = dict(memory=0.03, ssd=0.1, redis=1.0, restart_every_s=15.0, window_s=10.0,
+                  warmup=warmup, half_life_s=60.0)  # fmt: skip
+    fast = replay_arm(prepared, ReplayConfig(**common), LATENCY)
+    with RedisServer() as server:
+        limit_redis(server.url, len(prepared.keys), 64, prepared.keys[0])
+        real = replay_arm(prepared, ReplayConfig(**common, real_tiers=True), LATENCY, server.url)
+    assert fast.access_tiers is not None and real.access_tiers is not None
+    mismatch = np.flatnonzero(fast.access_tiers != real.access_tiers)
+    assert not len(mismatch), f"{len(mismatch)} accesses differ, first at {mismatch[:5]}"
+    assert fast.served == real.served and min(fast.served.values()) > 0  # every tier served
+    assert fast.ttft_ms.tolist() == real.ttft_ms.tolist()
+    assert fast.warm == real.warm and len(fast.restarts) >= 3
 
 
 def test_bad_config_is_a_clear_error() -> None:
@@ -124,32 +169,86 @@ def test_bad_config_is_a_clear_error() -> None:
         ReplayConfig(memory=0.1, ssd=0.1, restart_every_s=0)
 
 
-def test_replay_cli_json_and_errors(mooncake_like: Path, tmp_path: Path) -> None:
-    done = run_cli(
-        "replay", "--trace", str(mooncake_like), "--format", "mooncake", "--memory", "0.05",
-        "--ssd", "0.2", "--restart-every", "100", "--window", "30", "--warmup", "on",
-        "--latency", "reference", "--json", cwd=tmp_path,
+def _replay_cli(trace: Path, cwd: Path, *extra: str) -> object:
+    return run_cli(
+        "replay", "--trace", str(trace), "--format", "mooncake", "--memory", "0.05",
+        "--ssd", "0.2", "--restart-every", "100", "--window", "30", *extra, cwd=cwd,
     )  # fmt: skip
+
+
+def test_replay_cli_json_and_errors(mooncake_like: Path, tmp_path: Path) -> None:
+    done = _replay_cli(mooncake_like, tmp_path, "--warmup", "on", "--latency", "reference",
+                       "--load", "2", "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = orjson.loads(done.stdout)
-    assert {"requests", "hit_ratio", "ttft_ms", "after_restart", "warmup", "restore_reference",
+    assert {"requests", "hit_ratio", "ttft_ms", "utilisation", "after_restart", "warmup",
+            "restore_reference", "warmup_off", "recovered", "tiers", "load",
             "latency_model"} <= result.keys()  # fmt: skip
     assert set(result["hit_ratio"]) == {"memory", "ssd", "redis", "total"}
-    assert result["requests"] == 1200 and result["restarts"] == 2
+    # the trace's 300 s at twice the rate: 150 s, one restart (every 100 s of clock time)
+    assert result["requests"] == 1200 and result["restarts"] == 1
+    assert result["tiers"] == "simulated" and result["load"] == 2.0
     assert result["latency_model"]["source"].startswith("reference")
+    for block in (result, result["restore_reference"], result["warmup_off"]):
+        for figures in (block, block["after_restart"]):
+            assert set(figures["ttft_ms"]) == {"p50", "p95", "p99", "mean"}
+            ttft = figures["ttft_ms"]
+            assert ttft["p50"] <= ttft["p95"] <= ttft["p99"]
+            assert 0 < figures["utilisation"] <= 1
     bad = run_cli(
         "replay", "--trace", str(mooncake_like), "--memory", "2", "--ssd", "0.1",
         "--warmup", "on", cwd=tmp_path,
     )  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
-    wrong = run_cli(
-        "replay", "--trace", str(mooncake_like), "--memory", "0.1", "--ssd", "0.1",
-        "--warmup", "maybe", cwd=tmp_path,
-    )  # fmt: skip
+    wrong = _replay_cli(mooncake_like, tmp_path, "--warmup", "maybe")
     assert wrong.returncode == 2 and "choose on or off" in wrong.stderr
 
 
-def test_replay_report_draws_both_arms_and_logs_to_mlflow(
+@pytest.mark.parametrize("load", ["0", "-1", "abc", "inf"])
+def test_replay_cli_refuses_a_bad_load_in_one_line(
+    mooncake_like: Path, tmp_path: Path, load: str
+) -> None:
+    done = _replay_cli(mooncake_like, tmp_path, "--warmup", "off", "--latency", "reference",
+                       "--load", load)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"--load {load!r}: a positive factor" in done.stderr and not done.stdout
+
+
+def test_replay_cli_real_tiers_and_a_pinned_latency_model(
+    mooncake_like: Path, tmp_path: Path
+) -> None:
+    """`--real-tiers` runs the real SSD tier and says so, with the same numbers as the fast
+    replay; `--latency FILE` prices a run with the model an earlier run printed, and
+    `--servers` changes only the engine's size."""
+    sliced = tmp_path / "slice.jsonl"
+    sliced.write_bytes(b"".join(mooncake_like.read_bytes().splitlines(keepends=True)[:300]))
+    fast = _replay_cli(sliced, tmp_path, "--warmup", "on", "--latency", "reference")
+    real = _replay_cli(sliced, tmp_path, "--warmup", "on", "--latency", "reference",
+                       "--real-tiers")  # fmt: skip
+    assert fast.returncode == 0 and real.returncode == 0, fast.stderr + real.stderr
+    fast_json, real_json = orjson.loads(fast.stdout), orjson.loads(real.stdout)
+    assert (fast_json["tiers"], real_json["tiers"]) == ("simulated", "real")
+    assert {k: v for k, v in fast_json.items() if k not in ("tiers", "config")} == {
+        k: v for k, v in real_json.items() if k not in ("tiers", "config")
+    }
+    pinned = tmp_path / "earlier.json"
+    pinned.write_bytes(fast.stdout.encode())
+    again = _replay_cli(sliced, tmp_path, "--warmup", "on", "--latency", str(pinned))
+    assert again.returncode == 0, again.stderr
+    assert orjson.loads(again.stdout) == fast_json
+    one = _replay_cli(sliced, tmp_path, "--warmup", "on", "--latency", str(pinned),
+                      "--servers", "1")  # fmt: skip
+    one_json = orjson.loads(one.stdout)
+    assert one_json["latency_model"] == {**fast_json["latency_model"], "servers": 1}
+    assert one_json["hit_ratio"] == fast_json["hit_ratio"]
+    assert one_json["utilisation"] > fast_json["utilisation"]
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"prefill_ms_per_token": 0.1}')
+    bad = _replay_cli(sliced, tmp_path, "--warmup", "on", "--latency", str(broken))
+    assert bad.returncode == 2 and "not a latency model" in bad.stderr
+
+
+def test_replay_report_leads_with_the_table_and_logs_to_mlflow(
     mooncake_like: Path, tmp_path: Path
 ) -> None:
     settings = tmp_path / "preheat.toml"
@@ -158,20 +257,24 @@ def test_replay_report_draws_both_arms_and_logs_to_mlflow(
         f'mlflow_uri = "sqlite:///{tmp_path / "mlflow.db"}"\n'
         f'mlflow_artifacts = "{tmp_path / "mlruns"}"\n'
     )
-    done = run_cli(
-        "replay", "--trace", str(mooncake_like), "--memory", "0.05", "--ssd", "0.2",
-        "--restart-every", "100", "--window", "30", "--warmup", "off", "--latency", "reference",
-        "--report", str(tmp_path / "report"), "--config", str(settings), cwd=tmp_path,
+    done = _replay_cli(
+        mooncake_like, tmp_path, "--warmup", "off", "--latency", "reference",
+        "--report", str(tmp_path / "report"), "--config", str(settings),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = orjson.loads(done.stdout)
     assert result["warmup"]["items"] == 0  # the printed arm is the one asked for
     page = (tmp_path / "report" / "replay.html").read_text()
     assert page.count("data:image/png;base64,") == 2 and "restore" not in result["report"]
+    assert page.index("<table") < page.index("<img")  # the table leads
+    for label in ("warm-up off", "warm-up on", "restore reference", "p50/p95/p99", "utilisation"):
+        assert label in page
+    assert '"hit_ratio"' not in page  # no raw JSON in the page
     both = orjson.loads((tmp_path / "report" / "replay.json").read_bytes())
     assert both["on"]["warmup"]["items"] > 0 and both["off"] == {
         k: v for k, v in result.items() if k not in ("report", "mlflow_run_id")
     }
+    assert both["on"]["latency_model"] == both["off"]["latency_model"]  # one model, all arms
     assert len(result["mlflow_run_id"]) == 32
 
 
