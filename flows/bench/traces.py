@@ -98,12 +98,13 @@ def load_trace(path: Path, fmt: str) -> AccessTrace:
 
 
 def _lirs_keys(path: Path, data: bytes) -> np.ndarray:
-    """(N,) int64 keys of a LIRS trace: one non-negative block number per line (blank lines
-    skipped). A bad line is named with its number."""
+    """(N,) int64 keys of a LIRS trace: one non-negative block number per line. Blank lines
+    and `*` lines (separators in some of the LIRS paper's traces, e.g. `cs` and `2_pools`: they
+    name no block) are skipped. A bad line is named with its number."""
     keys = []
     for number, line in enumerate(data.splitlines(), start=1):
         text = line.strip()
-        if not text:
+        if not text or text == b"*":
             continue
         try:
             key = int(text)

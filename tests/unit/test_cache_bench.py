@@ -104,7 +104,7 @@ def test_trace_formats(tmp_path: Path) -> None:
         4,
     ] and trace.request_starts.tolist() == [0, 3, 6]
     lirs = tmp_path / "x.trace.gz"
-    lirs.write_bytes(gzip.compress(b"1\n2\n1\n"))
+    lirs.write_bytes(gzip.compress(b"1\n2\n*\n1\n"))  # `*`: a separator, no access
     assert load_trace(lirs, "lirs").accesses.tolist() == [1, 2, 1]
     cache2k = tmp_path / "w.trace.xz"
     cache2k.write_bytes(lzma.compress(np.array([7, 8, 7], dtype=">i4").tobytes()))
