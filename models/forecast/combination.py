@@ -49,21 +49,33 @@ def check_losses(losses: np.ndarray) -> np.ndarray:
 class AdaHedge:
     """The weights over `n_experts`; `update` charges one round's losses, `weights` reads them."""
 
-    def __init__(self, n_experts: int, share: float = DEFAULT_SHARE) -> None:
+    def __init__(self, n_experts: int, share: float = DEFAULT_SHARE, prune: bool = True) -> None:
         if n_experts < 1:
             raise ValueError("combine at least one expert")
         if not 0 < share < 1:
             # 0 would let an expert's weight die for good on the first follow-the-leader step.
             raise ValueError(f"share must be in (0, 1), got {share}")
-        self.n_experts, self.share = n_experts, share
+        self.n_experts, self.share, self.prune = n_experts, share, prune
         self._w = np.full(n_experts, 1.0 / n_experts)  # (M,)
         self.gap = 0.0  # Delta: cumulative mixability gap
         self.rounds = 0
 
     @property
     def weights(self) -> np.ndarray:
-        """(M,) non-negative weights summing to 1, for the next round."""
-        return self._w.copy()
+        """(M,) non-negative weights summing to 1, for the next round.
+
+        An expert that holds less weight of its own than the share hands every expert (its
+        weight below twice share / M) gets 0 here, the rest renormalised. The floor is there
+        so that the expert can come back, which the state keeps; letting it vote would put its
+        error into every forecast, so a combination could never match a perfect expert (the
+        registry's gate, on steady demand, asks exactly that). `prune=False` keeps them (the
+        hot set's ranking, where small weights only reorder keys, recalls more with them).
+        """
+        if not self.prune:
+            return self._w.copy()
+        floor = self.share / self.n_experts
+        alive = np.where(self._w >= 2 * floor, self._w, 0.0)
+        return alive / alive.sum() if alive.any() else self._w.copy()
 
     @property
     def eta(self) -> float:
@@ -96,12 +108,13 @@ class AdaHedge:
     def state(self) -> dict[str, object]:
         """What a saved model carries to go on updating where it stopped."""
         return {"weights": self._w.tolist(), "gap": self.gap, "rounds": self.rounds,
-                "share": self.share}  # fmt: skip
+                "share": self.share, "prune": self.prune}  # fmt: skip
 
     @classmethod
     def from_state(cls, state: dict[str, object]) -> AdaHedge:
         weights = np.asarray(state["weights"], dtype=np.float64)
-        hedge = cls(weights.size, float(state["share"]))  # type: ignore[arg-type]
+        share, prune = float(state["share"]), bool(state.get("prune", True))  # type: ignore[arg-type]
+        hedge = cls(weights.size, share, prune)
         hedge._w, hedge.gap = weights, float(state["gap"])  # type: ignore[arg-type]
         hedge.rounds = int(state["rounds"])  # type: ignore[call-overload]
         return hedge

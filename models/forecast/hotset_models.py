@@ -1,4 +1,4 @@
-"""Learned hot-set scorers: the attention model per key, and `preheat`, which chooses on validation.
+"""Learned hot-set scorers: the attention model per key, the online refit, and the experts' list.
 
 `AttentionScorer` ranks keys by the attention model's forecast of their next-window requests. It
 reads each key's history at `sub` buckets per window (a window of 60 s is six 10 s buckets), so
@@ -12,15 +12,8 @@ is the same booster refitted at every window boundary on all windows before it
 (`OnlineRefit`), as a planner that retrains each window runs it: the traffic drifts, and a
 model fitted once cannot learn what only later windows show.
 
-`PreheatHotset` is what the warm-up planner uses: on the windows before the evaluation it holds
-back the last `val_windows`, fits every candidate on what is before them, keeps the candidate
-with the best recall there, and refits it on all the windows it may see. Each candidate is
-scored on the held-back windows the way it is run after them, so the online one refits before
-each held-back window from the windows before it (never from it or later). Like the
-total-series `preheat`, it never picks on the windows it is scored on. Ties go to the candidate
-listed first, and the list runs from the simplest: a booster at 0 rounds is exactly the EWMA
-ranking, and a tie must not then be read as a reason to switch to the model that refits
-differently. (Ties used to go to the larger name.)
+`default_candidates` lists them for `hotset_combination.PreheatHotset`, which combines them
+online (until 2026-12-02 it chose one on held-back windows; the figures below are from then).
 
 Mooncake synthetic trace, 60 s, K = 50 (fitting windows 0..7, validation 6..7, evaluation
 8..16). Among keys with two or more turns, the mean requests in the next window hardly depend
@@ -54,7 +47,6 @@ import numpy as np
 
 from models.forecast.attention import AttentionConfig, ForecastModule, predict, train_module
 from models.forecast.hotset import DecayedFrequency, EwmaFrequency, HotsetScorer, KeyWindows
-from models.forecast.hotset import mean_metrics as hotset_metrics
 from models.forecast.hotset_features import BoostCache, FeatureBoost
 from models.forecast.weighting import key_weights
 
@@ -192,58 +184,3 @@ def default_candidates(k: int, seed: int = 0) -> dict[str, Callable[[], HotsetSc
 def _seeded(seed: int) -> AttentionConfig:
     base = AttentionScorer(1).config
     return AttentionConfig(**{**base.__dict__, "seed": seed})
-
-
-class PreheatHotset:
-    """Chooses among candidate scorers by recall on validation windows, then refits the winner.
-
-    Ties go to the candidate listed first (`default_candidates` lists the simplest first).
-    """
-
-    def __init__(
-        self,
-        k: int,
-        candidates: dict[str, Callable[[], HotsetScorer]] | None = None,
-        val_windows: int = 3,
-    ) -> None:
-        self.k, self.val_windows = k, val_windows
-        self.candidates = candidates or default_candidates(k)
-        self.chosen = ""
-        self.validation_recall: dict[str, float] = {}
-        self.notes: list[str] = []
-        self.model: HotsetScorer | None = None
-
-    def fit(self, kw: KeyWindows, until: int) -> PreheatHotset:
-        val_start = until - self.val_windows
-        if val_start < 2:
-            raise ValueError(
-                f"{until} windows leave too few before the {self.val_windows} held back"
-            )
-        windows = range(val_start, until)
-        for name, make in self.candidates.items():
-            try:
-                scorer = make().fit(kw, val_start)
-            except ValueError as err:
-                self.notes.append(f"{name} left out: {err}")
-                continue
-            self.validation_recall[name] = hotset_metrics(kw, scorer, self.k, windows)[1]
-        if not self.validation_recall:
-            raise ValueError("no hot-set candidate could be fitted: " + "; ".join(self.notes))
-        recall = self.validation_recall
-        self.chosen = max(recall, key=recall.__getitem__)  # the first of the best: simplest
-        self.model = self.candidates[self.chosen]().fit(kw, until)
-        return self
-
-    def scores(self, kw: KeyWindows, w: int) -> np.ndarray:
-        if self.model is None:
-            raise RuntimeError("fit the preheat hot-set scorer first")
-        return self.model.scores(kw, w)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {
-            "chosen": self.chosen,
-            "validation_recall": self.validation_recall,
-            "notes": self.notes,
-            **getattr(self.model, "params", {}),
-        }

@@ -3,10 +3,12 @@
 `KeyPanel` turns a sparse `DemandSeries` frame into a dense (K, T) matrix: the `top_k` keys by
 recent demand, plus one `__other__` row per tenant holding the rest of that tenant's traffic, so
 the rows of a tenant always add up to its total and a key that climbs into the top K later was
-not lost meanwhile. `PanelForecaster` is the per-key `preheat`: it chooses on a validation slice
-between the attention model trained on every row at once (with long-tail sampling) and per-key
-baselines (last value, moving average, EWMA with one alpha fitted over all keys), then refits the
-winner on the whole train part. What it predicts is a `KeyForecast` frame.
+not lost meanwhile. `PanelForecaster` is the per-key `preheat`: the online combination
+(`combination.AdaHedge`) of the attention model trained on every row at once (with long-tail
+sampling) and per-key baselines (last value, moving average, EWMA with one alpha fitted over all
+keys); its weights start from the errors on a held-back slice and go on learning from every
+forecast's past buckets (`current_weights`). What it predicts is a `KeyForecast` frame; the
+registry's gate and the warm-up planner read it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from models.forecast.attention import (
     predict,
     train_module,
 )
+from models.forecast.combination import AdaHedge, online_weights
 from models.forecast.weighting import key_weights
 
 OTHER_KEY = "__other__"
@@ -135,11 +138,16 @@ def baseline_levels(counts: np.ndarray, origin: int, method: str, alpha: float) 
 
 
 PANEL_BASELINES = ("last_value", "moving_average", "ewma")
+COMBINED = "adahedge"
+MAX_REPLAY = 48  # origins charged per forecast call: bounded cost per request
 
 
 @dataclass
 class PanelForecaster:
-    """Per-key `preheat`: attention over all keys or a per-key baseline, chosen on validation."""
+    """Per-key `preheat`: the AdaHedge combination of attention over all keys and the per-key
+    baselines (`chosen == "adahedge"`), or one of them alone (`chosen` its name: the gate's
+    baselines). The weights are shared by every key: one loss per origin, the mean absolute
+    error over the panel's rows and the horizon, as the gate scores it."""
 
     config: AttentionConfig = field(default_factory=AttentionConfig)
     val_frac: float = 0.2
@@ -147,6 +155,9 @@ class PanelForecaster:
     alpha: float = 0.3
     validation_mae: dict[str, float] = field(default_factory=dict)
     module: ForecastModule | None = None
+    weights: dict[str, float] = field(default_factory=dict)  # at the end of the fit
+    hedge: dict[str, Any] = field(default_factory=dict)  # `AdaHedge.state()` there
+    fit_end: str = ""  # ISO start of the first bucket whose actuals the weights have not seen
 
     def _train(self, counts: np.ndarray, until: int) -> ForecastModule:
         origins = np.arange(1, until - self.config.horizon + 1)
@@ -183,7 +194,8 @@ class PanelForecaster:
         return np.repeat(baseline_levels(counts, origin, method, alpha)[:, None], horizon, 1)
 
     def fit(self, panel: KeyPanel, until: int | None = None) -> PanelForecaster:
-        """Choose on the last `val_frac` of buckets [0, until), then refit on all of them."""
+        """Charge the experts' errors on the last `val_frac` of buckets [0, until), with the
+        experts fitted before them; then refit the experts on all of them."""
         counts = panel.counts
         until = counts.shape[1] if until is None else until
         horizon = self.config.horizon
@@ -197,31 +209,66 @@ class PanelForecaster:
         # Too little history for the model: the baselines still compete without it.
         with contextlib.suppress(ValueError):
             candidates["attention"] = self._train(part, val_start)
-        scores = {}
-        for method, module in candidates.items():
-            errors = [
-                np.abs(
-                    self._predict(method, counts, o, module, alpha) - counts[:, o : o + horizon]
-                ).mean()
-                for o in origins
+        names = list(candidates)
+        preds = np.stack(
+            [
+                np.stack([self._predict(m, counts, o, candidates[m], alpha) for o in origins])
+                for m in names
             ]
-            scores[method] = float(np.mean(errors))
-        self.validation_mae = scores
-        self.chosen = min(scores, key=lambda m: (scores[m], m))
+        )  # (M, N, K, H)
+        targets = np.stack([counts[:, o : o + horizon] for o in origins])  # (N, K, H)
+        losses = np.abs(preds - targets[None]).mean(axis=(2, 3)).T  # (N, M)
+        known = np.clip(np.arange(len(origins)) - horizon + 1, 0, None)
+        online = online_weights(losses, known)  # (N, M), each origin from the ones before it
+        mixed = np.einsum("mnkh,nm->nkh", preds, online)  # (N, K, H)
+        hedge = AdaHedge(len(names))
+        self.weights = dict(zip(names, online_weights(losses, [len(origins)], hedge)[0].tolist(),
+                                strict=True))  # fmt: skip
+        self.validation_mae = dict(zip(names, losses.mean(0).tolist(), strict=True))
+        self.validation_mae[COMBINED] = float(np.abs(mixed - targets).mean())
+        # The names travel with the state: a saved model's JSON sorts the weights' keys.
+        self.chosen, self.hedge = COMBINED, {**hedge.state(), "experts": names}
+        self.fit_end = (panel.starts[until - 1] + panel.width).isoformat()
         self.alpha = self._fit_alpha(counts[:, :until], until)
-        self.module = self._train(counts[:, :until], until) if self.chosen == "attention" else None
+        self.module = self._train(counts[:, :until], until) if "attention" in names else None
         return self
 
-    def forecast_counts(self, counts: np.ndarray, origin: int) -> np.ndarray:
-        """(K, H) forecasts of every row from buckets before `origin`."""
+    def forecast_counts(
+        self, counts: np.ndarray, origin: int, weights: dict[str, float] | None = None
+    ) -> np.ndarray:
+        """(K, H) forecasts of every row from buckets before `origin` (the combination: with
+        `weights`, default those at the end of the fit)."""
         if not self.chosen:
             raise RuntimeError("fit the panel forecaster before forecasting")
-        return self._predict(self.chosen, counts, origin, self.module, self.alpha)
+        if self.chosen != COMBINED:
+            return self._predict(self.chosen, counts, origin, self.module, self.alpha)
+        mix = self.weights if weights is None else weights
+        return sum(
+            w * self._predict(m, counts, origin, self.module, self.alpha) for m, w in mix.items()
+        )
+
+    def current_weights(self, panel: KeyPanel) -> dict[str, float]:
+        """The weights after charging the panel's origins whose actuals came after the fit (the
+        latest `MAX_REPLAY` of them): the combination keeps learning in production."""
+        if self.chosen != COMBINED:
+            return {self.chosen: 1.0}
+        horizon, counts = self.config.horizon, panel.counts
+        fresh = np.flatnonzero(panel.starts >= pd.Timestamp(self.fit_end))
+        rounds = fresh[fresh + horizon <= counts.shape[1]][-MAX_REPLAY:]
+        hedge, names = AdaHedge.from_state(self.hedge), list(self.hedge["experts"])
+        for o in rounds:
+            target = counts[:, o : o + horizon]  # (K, H)
+            hedge.update(np.array([
+                np.abs(self._predict(m, counts, o, self.module, self.alpha) - target).mean()
+                for m in names
+            ]))  # fmt: skip
+        return dict(zip(names, hedge.weights.tolist(), strict=True))
 
     def forecast(self, panel: KeyPanel) -> DataFrame[KeyForecast]:
         """Per-key predictions for the `horizon` buckets after the panel's last bucket."""
         horizon = self.config.horizon
-        predicted = self.forecast_counts(panel.counts, panel.counts.shape[1])  # (K, H)
+        weights = self.current_weights(panel)
+        predicted = self.forecast_counts(panel.counts, panel.counts.shape[1], weights)  # (K, H)
         steps = np.arange(1, horizon + 1)
         frame = pd.DataFrame(
             {
@@ -236,7 +283,8 @@ class PanelForecaster:
         return KeyForecast.validate(frame, lazy=True)
 
     def describe(self) -> dict[str, Any]:
-        return {"chosen": self.chosen, "alpha": self.alpha, "validation_mae": self.validation_mae}
+        return {"chosen": self.chosen, "alpha": self.alpha, "validation_mae": self.validation_mae,
+                "weights": self.weights}  # fmt: skip
 
 
 def tail_coverage(

@@ -40,7 +40,13 @@ from models.forecast.gating import (
     tail_coverage_on_window,
     window_mae,
 )
-from models.forecast.panel import OTHER_KEY, PANEL_BASELINES, KeyPanel, PanelForecaster
+from models.forecast.panel import (
+    COMBINED,
+    OTHER_KEY,
+    PANEL_BASELINES,
+    KeyPanel,
+    PanelForecaster,
+)
 from models.tracking import alias_version
 
 MODEL_NAME = "preheat-forecaster"
@@ -64,7 +70,7 @@ def git_commit() -> str:
 def save_panel_forecaster(
     forecaster: PanelForecaster, directory: Path, top_k: int, recent: int, granularity: str
 ) -> dict[str, Any]:
-    """Write `forecaster.json` (plus `attention.pt` when attention won); returns the metadata.
+    """Write `forecaster.json` (plus `attention.pt` when attention is used); returns the metadata.
 
     top_k and recent travel with the model because they decide which rows it predicts: a
     loader that guessed them would forecast a different partition of the traffic.
@@ -77,6 +83,9 @@ def save_panel_forecaster(
         "alpha": forecaster.alpha,
         "val_frac": forecaster.val_frac,
         "validation_mae": forecaster.validation_mae,
+        "weights": forecaster.weights,
+        "hedge": forecaster.hedge,
+        "fit_end": forecaster.fit_end,
         "config": asdict(forecaster.config),
         "top_k": top_k,
         "recent": recent,
@@ -86,11 +95,17 @@ def save_panel_forecaster(
     }
     meta = json.loads(json.dumps(meta))  # tuples -> lists: what a reader (and MLmodel YAML) sees
     (directory / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
-    if forecaster.chosen == "attention":
+    if _uses_attention(meta):
         if forecaster.module is None:
             raise ValueError("an attention forecaster without a module cannot be saved")
         save_checkpoint(forecaster.module, directory / WEIGHTS_FILE, meta)
     return meta
+
+
+def _uses_attention(meta: dict[str, Any]) -> bool:
+    if meta["chosen"] == COMBINED:
+        return "attention" in meta["weights"]
+    return meta["chosen"] == "attention"
 
 
 def load_panel_forecaster(directory: Path) -> tuple[PanelForecaster, int, int, dict[str, Any]]:
@@ -98,11 +113,14 @@ def load_panel_forecaster(directory: Path) -> tuple[PanelForecaster, int, int, d
     meta = json.loads((Path(directory) / META_FILE).read_text())
     config = AttentionConfig(**{**meta["config"], "scales": tuple(meta["config"]["scales"])})
     module = None
-    if meta["chosen"] == "attention":
+    if _uses_attention(meta):
         module, _ = load_checkpoint(Path(directory) / WEIGHTS_FILE)
         if module.config != config:
             raise ValueError(f"{directory}: the weights' config differs from {META_FILE}")
     fitted = {k: meta[k] for k in ("val_frac", "chosen", "alpha", "validation_mae")}
+    # Saved before the combination (2026-12-02): one method, no weights.
+    fitted.update({k: meta.get(k, default) for k, default in (("weights", {}), ("hedge", {}),
+                                                               ("fit_end", ""))})  # fmt: skip
     forecaster = PanelForecaster(config=config, module=module, **fitted)
     return forecaster, int(meta["top_k"]), int(meta["recent"]), meta
 
@@ -298,10 +316,12 @@ def _log_run(
     ):
         meta = save_panel_forecaster(forecaster, Path(tmp) / "forecaster", *rows, granularity)
         config = {f"config.{k}": v for k, v in meta["config"].items()}
-        params = {k: v for k, v in meta.items() if k not in ("config", "validation_mae")}
+        nested = ("config", "validation_mae", "weights", "hedge")
+        params = {k: v for k, v in meta.items() if k not in nested}
         mlflow.log_params({**config, **params, **extra_params})
         mlflow.log_metrics({f"eval_mae.{k}": v for k, v in eval_mae.items()})
         mlflow.log_metrics({f"validation_mae.{k}": v for k, v in meta["validation_mae"].items()})
+        mlflow.log_metrics({f"weight.{k}": v for k, v in meta["weights"].items()})
         mlflow.log_figure(figure, "forecast_vs_actual.png")
         info = _log_model(Path(tmp) / "forecaster", forecaster, meta, to_model_input(example))
     return run.info.run_id, str(info.registered_model_version)

@@ -79,12 +79,15 @@ def test_bench_hotset_json(mooncake_like: Path, tmp_path: Path) -> None:
     oracle = result["methods"]["oracle"]["recall_of_requests"]
     for scores in result["methods"].values():
         assert 0 <= scores["recall_of_requests"] <= oracle + 1e-9
-    assert result["preheat_chosen"] in {
-        "attention",
-        "ewma_frequency",
-        "decayed_frequency",
-        "feature_boost",
-    }
+    assert result["preheat_chosen"] == "adahedge"
+    experts = {"last_window", "ewma_frequency", "decayed_frequency", "attention", "feature_boost",
+               "feature_boost_online"}  # fmt: skip
+    assert set(result["experts"]) <= experts and "last_window" in result["experts"]
+    assert (
+        result["experts"]["last_window"] == result["methods"]["last_window"]["recall_of_requests"]
+    )  # the expert inside the combination is scored as the baseline is
+    weights = result["params"]["preheat"]["weights_at_last_window"]
+    assert sum(weights.values()) == pytest.approx(1.0, abs=1e-3)
 
 
 def test_bench_hotset_too_few_windows_is_one_line(mooncake_like: Path, tmp_path: Path) -> None:

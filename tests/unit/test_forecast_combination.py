@@ -50,7 +50,9 @@ def test_the_better_expert_gains_weight_and_the_state_round_trips() -> None:
     for _ in range(50):
         hedge.update(np.array([1.0, 2.0, 3.0]))
     assert hedge.weights.argmax() == 0 and hedge.weights.sum() == pytest.approx(1.0)
-    assert hedge.weights.min() >= hedge.share / 3  # the fixed share keeps every expert alive
+    kept = np.array(hedge.state()["weights"])
+    assert kept.min() >= hedge.share / 3  # the fixed share keeps every expert alive ...
+    assert hedge.weights[2] == 0.0  # ... but one held up only by the floor does not vote
     again = AdaHedge.from_state(hedge.state())
     for h in (hedge, again):
         h.update(np.array([3.0, 1.0, 2.0]))

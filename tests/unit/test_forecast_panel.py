@@ -9,8 +9,8 @@ import torch
 
 from data_contracts import KeyForecast
 from models.forecast.attention import AttentionConfig
-from models.forecast.hotset import EwmaFrequency, KeyWindows, LastWindow
-from models.forecast.hotset_models import AttentionScorer, PreheatHotset, fine_counts
+from models.forecast.hotset import KeyWindows
+from models.forecast.hotset_models import AttentionScorer, fine_counts
 from models.forecast.panel import OTHER_KEY, KeyPanel, PanelForecaster, tail_coverage
 
 TINY = AttentionConfig(
@@ -68,11 +68,13 @@ def test_panel_rejects_mixed_granularities() -> None:
         KeyPanel.from_demand(demand)
 
 
-def test_panel_forecaster_chooses_on_validation_and_emits_the_contract() -> None:
+def test_panel_forecaster_combines_its_experts_and_emits_the_contract() -> None:
     panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
     model = PanelForecaster(TINY).fit(panel)
-    assert set(model.validation_mae) == {"last_value", "moving_average", "ewma", "attention"}
-    assert model.chosen == min(model.validation_mae, key=model.validation_mae.get)
+    experts = {"last_value", "moving_average", "ewma", "attention"}
+    assert set(model.validation_mae) == experts | {"adahedge"} and set(model.weights) == experts
+    assert model.chosen == "adahedge" and sum(model.weights.values()) == pytest.approx(1.0)
+    assert model.current_weights(panel) == pytest.approx(model.weights)  # nothing new yet
     forecast = model.forecast(panel)
     KeyForecast.validate(forecast)
     assert len(forecast) == len(panel.keys) * TINY.horizon
@@ -88,6 +90,16 @@ def test_panel_forecast_reads_only_buckets_before_the_origin() -> None:
     poisoned = panel.counts.copy()
     poisoned[:, 30:] = 1e6
     np.testing.assert_allclose(model.forecast_counts(poisoned, 30), before)
+
+
+def test_panel_weights_go_on_learning_from_buckets_after_the_fit() -> None:
+    panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
+    model = PanelForecaster(TINY).fit(panel, until=30)
+    assert pd.Timestamp(model.fit_end) == panel.starts[30]
+    later = model.current_weights(panel)  # buckets 30.. are actuals the fit never saw
+    assert later != pytest.approx(model.weights) and sum(later.values()) == pytest.approx(1.0)
+    single = PanelForecaster(TINY, chosen="ewma", alpha=0.3)
+    assert single.current_weights(panel) == {"ewma": 1.0}
 
 
 def test_key_forecast_contract_rejects_negative_and_duplicate_rows() -> None:
@@ -126,15 +138,6 @@ def test_fine_counts_reads_only_before_the_window() -> None:
     assert counts.shape == (kw.n_keys, 24)
     assert counts.sum() == kw.before(4)
     np.testing.assert_allclose(counts.reshape(kw.n_keys, 4, 6).sum(2).T, kw.counts[:4].toarray())
-
-
-def test_preheat_hotset_picks_the_best_candidate_on_validation_windows() -> None:
-    kw = _windows()
-    candidates = {"last_window": LastWindow, "ewma_frequency": lambda: EwmaFrequency(5)}
-    model = PreheatHotset(5, candidates, val_windows=3).fit(kw, until=7)
-    assert set(model.validation_recall) == {"last_window", "ewma_frequency"}
-    assert model.chosen == max(model.validation_recall, key=model.validation_recall.get)
-    assert model.params["chosen"] == model.chosen
 
 
 def test_attention_scorer_ranks_seen_keys_and_ignores_the_future() -> None:

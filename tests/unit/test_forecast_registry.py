@@ -77,6 +77,23 @@ def test_round_trip_of_an_attention_forecaster_keeps_its_weights(tmp_path: Path)
     pd.testing.assert_frame_equal(loaded.forecast(panel), fitted.forecast(panel))
 
 
+def test_round_trip_of_the_combination_keeps_its_weights_and_state(tmp_path: Path) -> None:
+    panel = KeyPanel.from_demand(_noisy_demand(), top_k=3, recent=6)
+    fitted = PanelForecaster(CONFIG).fit(panel, until=panel.counts.shape[1] - 4)
+    save_panel_forecaster(fitted, tmp_path / "model", top_k=3, recent=6, granularity="3min")
+
+    loaded, *_ = load_panel_forecaster(tmp_path / "model")
+
+    assert (tmp_path / "model" / WEIGHTS_FILE).exists()  # attention is one of the experts
+    assert (loaded.chosen, loaded.weights, loaded.fit_end) == (
+        "adahedge",
+        fitted.weights,
+        fitted.fit_end,
+    )
+    assert loaded.current_weights(panel) == pytest.approx(fitted.current_weights(panel))
+    pd.testing.assert_frame_equal(loaded.forecast(panel), fitted.forecast(panel))
+
+
 def test_an_unfitted_forecaster_is_not_saved(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="fit the panel forecaster before saving"):
         save_panel_forecaster(PanelForecaster(CONFIG), tmp_path, 3, 6, "3min")
