@@ -9,7 +9,7 @@ STAMP := $(VENV)/.preheat-installed
 # (on a fresh .venv; see README, "GPU").
 TORCH_INDEX_URL ?=
 
-.PHONY: demo test lint install serve
+.PHONY: demo test test-fast lint install serve
 
 install: $(STAMP)
 
@@ -32,6 +32,10 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The edit-test loop: unit tests without the `slow` and `integration` ones. CI runs `make test`.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -m "not slow and not integration"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -162,6 +162,7 @@ def test_negative_and_huge_ids_are_read_as_their_writers_meant_and_replayed(
     assert hits.tolist() == [False, False, True, False, True]
 
 
+@pytest.mark.slow
 def test_bench_cache_output_shape() -> None:
     result = bench_cache(random_trace(2000, seed=2), [0.05, 0.2])
     assert set(result) >= {

@@ -13,6 +13,7 @@ import pytest
 from helpers import invoke_cli, run_cli
 
 
+@pytest.mark.slow
 def test_ingest_json_summary_and_idempotence(mooncake_like: Path, tmp_path: Path) -> None:
     done = run_cli("ingest", str(mooncake_like), "--format", "mooncake", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -74,6 +75,7 @@ def test_bad_settings_file_is_one_line(tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1 and "invalid settings" in done.stderr
 
 
+@pytest.mark.slow
 def test_features_command_prints_rows_per_scale(small_log: Path, tmp_path: Path) -> None:
     assert run_cli("ingest", str(small_log), cwd=tmp_path).returncode == 0
     done = run_cli("features", cwd=tmp_path)
@@ -82,6 +84,7 @@ def test_features_command_prints_rows_per_scale(small_log: Path, tmp_path: Path)
     assert set(rows) == {"5s", "3min", "1h"} and rows["5s"] > rows["3min"] > rows["1h"] > 0
 
 
+@pytest.mark.slow
 def test_register_llm_makes_the_first_version_champion_and_keeps_it(tmp_path: Path) -> None:
     import os
 

@@ -97,6 +97,7 @@ def test_app_hints_of_the_wrong_length_are_rejected() -> None:
         replay_with_app_hints(PrefixARC(), trace.accesses, trace.request_starts, 2, bad)
 
 
+@pytest.mark.slow
 def test_bench_reports_app_hints_only_for_prompt_traces() -> None:
     prompts = bench_cache(conversation_workload(1), [0.1])
     assert prompts["conversations"]["follow_up_requests"] > 0

@@ -67,6 +67,7 @@ def test_heat_policy_spans_lru_to_lfu() -> None:
     assert DecayParams().half_life_s > 0
 
 
+@pytest.mark.slow
 def test_cli_prints_the_tuning_json(mooncake_like: Path, tmp_path: Path) -> None:
     preheat = str(Path(sys.executable).parent / "preheat")
     command = [preheat, "tune", "decay", "--trace", str(mooncake_like), "--rounds", "4"]

@@ -216,6 +216,7 @@ def test_a_reshuffled_template_popularity_is_drift_in_the_template_mix(
     assert f"largest change {OTHER_TEMPLATES}" in result.reason
 
 
+@pytest.mark.slow
 def test_a_doubled_arrival_rate_is_drift_in_the_rate(reference_day: pd.DataFrame) -> None:
     busier = request_features(day(seed=23, requests_per_day=30_000))
     result = detect_drift(hour(reference_day, 15), hour(busier, 15))

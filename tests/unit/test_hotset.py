@@ -120,7 +120,7 @@ def _by_key(kw: KeyWindows, scores: np.ndarray) -> dict[int, float]:
         LastWindow,
         lambda: EwmaFrequency(20),
         lambda: DecayedFrequency(20),
-        lambda: FeatureBoost(20, max_rounds=20),
+        pytest.param(lambda: FeatureBoost(20, max_rounds=20), marks=pytest.mark.slow),
     ],
     ids=["last_window", "ewma", "decayed", "feature_boost"],
 )

@@ -107,6 +107,7 @@ def _append_worker(root: str, ids: list[str], barrier: multiprocessing.Barrier) 
     return lake.append("requests", requests(ids)).written
 
 
+@pytest.mark.slow
 def test_concurrent_writers_in_processes_never_duplicate(tmp_path: Path) -> None:
     Lake(tmp_path)  # create the index before the race
     ids = [f"r{i}" for i in range(300)]

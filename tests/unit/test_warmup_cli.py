@@ -32,6 +32,7 @@ def one_line_error(done, message: str) -> None:  # type: ignore[no-untyped-def]
     assert message in lines[0]
 
 
+@pytest.mark.slow
 def test_plan_only_json_is_a_valid_plan(lake_dir: Path) -> None:
     done = run_cli(
         "warmup", "--plan-only", "--json", "--data-dir", str(lake_dir),
@@ -59,6 +60,7 @@ def test_plan_only_json_is_a_valid_plan(lake_dir: Path) -> None:
     assert not (lake_dir.parent / "mlruns").exists()  # planning did not create a store
 
 
+@pytest.mark.slow
 def test_execution_without_a_model_is_one_line(lake_dir: Path) -> None:
     done = invoke_cli("warmup", "--data-dir", str(lake_dir), cwd=lake_dir.parent)
     one_line_error(done, "no LLM to warm with: give a model path (--model-path)")
