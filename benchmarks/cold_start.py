@@ -17,26 +17,31 @@ model serves at `--utilisation` while two minutes of trace stay two minutes of w
 (`--time-scale` 1); the share is chosen from the node's measured cost per request and token.
 
 Which caches it exercises: KV prefix pages only. Requests sample (temperature 0.7, `max_tokens`
-2): no answer is stored or served from the cache, and semantic lookups are off, so every request
+1): no answer is stored or served from the cache, and semantic lookups are off, so every request
 runs the model and only its prefill shrinks (what cold starts cost: prefill and queueing).
 
-The restart: the trace's last `--window` seconds follow it. Before it the node serves the
-history; then the gateway is stopped (its memory gone), its SSD directory wiped and the Redis
-flushed: a replacement node whose node-local Redis starts empty (the embedded default keeps no
-data). Rejected: keeping the Redis tier, which holds every page here (no budget binds), so the
-restart would cost one Redis read a chain and warm-up could not show anything. The request log
-on that Redis is drained into the lake first (`preheat ingest-stream`), as a live ingester would
+The slice is the trace's first `--requests`; the restart comes `--window` seconds (trace time)
+before its end. The history up to the window before the restart is sent back to back (two in
+flight, so the node is never idle: it learns the same prefixes, and the lake logs the same
+requests, in less wall time, though closer together); the window before the restart and the one
+after it are sent at their arrival times. Then the gateway is stopped (its memory gone), its SSD
+directory wiped and the Redis flushed: a replacement node whose node-local Redis starts empty
+(the embedded default keeps no data). Rejected: keeping the Redis tier, which holds every page
+here (no budget binds), so the restart would cost one Redis read a chain and warm-up could not
+show anything; and a Redis byte budget, whose eviction would also take the request log. The
+request log is drained into the lake first (`preheat ingest-stream`), as a live ingester would
 have. Both arms restart from this one history (the state a restart leaves is the same). Arm
 "off": a fresh gateway, traffic resumes. Arm "on": a fresh gateway, `preheat warmup` plans from
-the lake and warms the node's SSD and Redis (its wall time reported; traffic waits for it),
-then traffic resumes. The trace's clock pauses during restarts in both arms.
+the lake (no forecaster is trained here: it says it scored by recency and frequency) and warms
+the node's SSD and Redis (its wall time reported; traffic waits for it), then traffic resumes.
+The trace's clock pauses during restarts in both arms.
 
 Prints one JSON object: the scaling, the measured utilisation (share of time a request was in
 the node: one model, so its busy fraction) of the two minutes before the restart, TTFT p50/p95
 before and after for both arms, warm-up wall seconds and items, and the p95 cut (on vs off).
 Figures come from a 2-core machine shared with other work: noisy.
 
-Usage: python benchmarks/cold_start.py [--requests 1450] [--seed 0] [--out FILE] [--quick]
+Usage: python benchmarks/cold_start.py [--requests 3000] [--seed 0] [--out FILE] [--quick]
 """
 
 from __future__ import annotations
@@ -99,12 +104,14 @@ def calibrate(node: Node, model: str, builder: PromptBuilder, max_tokens: int) -
 
 def choose_share(args: argparse.Namespace, arrivals: list[Arrival], restart: float,
                  builder: PromptBuilder, cost: dict) -> tuple[float, float]:  # fmt: skip
-    """(the largest root share whose history the node serves at `--utilisation`, predicted)."""
-    predicted = 0.0
+    """(the largest root share at which the node serves the window before the restart at
+    `--utilisation`, that utilisation as predicted from `cost`)."""
+    predicted, since = 0.0, restart - args.window
     for step in range(20, 0, -1):
         share = step / 20
         before = [a for a in root_sample(arrivals, share, args.seed) if a.at < restart]
-        predicted = predicted_busy_s(before, builder, cost) / (restart * args.time_scale)
+        busy = predicted_busy_s(before, builder, cost, since)
+        predicted = busy / (args.window * args.time_scale)
         if predicted <= args.utilisation:
             return share, round(predicted, 3)
     return 0.05, round(predicted, 3)
@@ -166,6 +173,34 @@ def build_model(quick: bool, directory: Path, seed: int) -> tuple[Path, dict[str
                        "parameters": parameters, "device": "cpu", "torch_threads": 1}  # fmt: skip
 
 
+def before_restart(node: Node, model: str, args: argparse.Namespace, arrivals: list[Arrival],
+                   restart: float, builder: PromptBuilder) -> dict[str, Any]:  # fmt: skip
+    """Calibrate, choose the root share, send the early history back to back and the window
+    before the restart at its arrival times; what happened, with the window's samples."""
+    log(f"node up ({model}); calibrating")
+    cost = calibrate(node, model, builder, args.max_tokens)
+    share, predicted = (
+        (args.root_share, None) if args.root_share
+        else choose_share(args, arrivals, restart, builder, cost)
+    )  # fmt: skip
+    kept = root_sample(arrivals, share, args.seed)
+    since = restart - args.window
+    history = [a for a in kept if a.at < since]
+    window = [a for a in kept if since <= a.at < restart]
+    log(f"cost {cost}; root share {share}: {len(history)} + {len(window)} requests")
+    began = time.perf_counter()
+    early = replay(node.url, model, [(0.0, builder.prompt(a.blocks)) for a in history],
+                   args.max_tokens, workers=2)  # fmt: skip
+    forward_s = time.perf_counter() - began
+    before = replay(node.url, model, offsets(window, since, builder, args.time_scale),
+                    args.max_tokens)  # fmt: skip
+    replayed = {"history_back_to_back": len(history), "history_wall_s": round(forward_s, 1),
+                "history_errors": sum(s.error is not None for s in early),
+                "before_window": len(window)}  # fmt: skip
+    return {"cost": cost, "share": share, "predicted": predicted, "before": before,
+            "replayed": replayed}  # fmt: skip
+
+
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
@@ -183,38 +218,30 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     with RedisServer() as server:
         node = Node(model_dir, work / "node", server.url, (args.memory_mb, args.ssd_mb))
         model = node.start()
-        log(f"node up ({model}); calibrating")
         try:
-            cost = calibrate(node, model, builder, args.max_tokens)
-            share, predicted = (
-                (args.root_share, None) if args.root_share
-                else choose_share(args, arrivals, restart, builder, cost)
-            )  # fmt: skip
-            kept = root_sample(arrivals, share, args.seed)
-            history = [a for a in kept if a.at < restart]
-            log(f"cost {cost}; root share {share}: replaying {len(history)} requests")
-            before = replay(node.url, model, offsets(history, 0.0, builder, args.time_scale),
-                            args.max_tokens)  # fmt: skip
+            served = before_restart(node, model, args, arrivals, restart, builder)
         finally:
             node.stop()
         ingested, ingest_s = node.preheat("ingest-stream")
         log(f"restart: ingested {ingested} in {ingest_s:.1f} s")
-        after = offsets([a for a in kept if a.at >= restart], restart, builder, args.time_scale)
+        kept = [a for a in root_sample(arrivals, served["share"], args.seed) if a.at >= restart]
+        after = offsets(kept, restart, builder, args.time_scale)
+        cost = served["cost"]
         arms = {arm: restarted(arm, node, server.url, after, args, cost) for arm in ("off", "on")}
-    start, end = (restart - args.window) * args.time_scale, restart * args.time_scale
-    window = [s for s in before if s.sent >= start]
     for result in arms.values():
-        result["before"] = ttft(window)  # one history for both arms
+        result["before"] = ttft(served["before"])  # one history for both arms
+    span = args.window * args.time_scale
     off, on = arms["off"]["after"].get("p95_ms"), arms["on"]["after"].get("p95_ms")
     return {
         "model": described, "trace": str(args.trace), "slice_requests": len(arrivals),
-        "replayed": {"history": len(history), "before_window": len(window), "after": len(after)},
+        "replayed": {**served["replayed"], "after": len(after)},
         "scaling": {"tokens_per_block": args.tokens_per_block, "time_scale": args.time_scale,
-                    "root_share": share, "window_s": args.window, "restart_at_s": round(restart, 1),
-                    "max_tokens": args.max_tokens, "calibration": cost,
-                    "utilisation_target": args.utilisation, "utilisation_predicted": predicted,
-                    "utilisation_before": busy_fraction(window, start, end)},
-        "history_ttft": ttft(before), "ingest": {**ingested, "wall_s": round(ingest_s, 1)},
+                    "root_share": served["share"], "window_s": args.window,
+                    "restart_at_s": round(restart, 1), "max_tokens": args.max_tokens,
+                    "calibration": cost, "utilisation_target": args.utilisation,
+                    "utilisation_predicted": served["predicted"],
+                    "utilisation_before": busy_fraction(served["before"], 0.0, span)},
+        "ingest": {**ingested, "wall_s": round(ingest_s, 1)},
         "redis_at_restart": "flushed: a replacement node with an empty node-local Redis",
         "arms": arms, "goal_p95_cut": 0.4,
         "p95_cut_after": round(1 - on / off, 3) if off and on is not None else None,
@@ -232,17 +259,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(description=__doc__.splitlines()[0])
     add = parser.add_argument
     add("--trace", type=Path, default=TRACE.resolve(), help="Mooncake JSONL")
-    add("--requests", type=int, default=1450, help="the trace's first N requests")
+    add("--requests", type=int, default=3000, help="the trace's first N requests")
     add("--seed", type=int, default=0)
     add("--out", type=Path, help="also write the JSON here")
     add("--quick", action="store_true", help="smoke run: tiny model, short windows")
     add("--tokens-per-block", type=int, default=4, help="tokens a 512-token block becomes")
     add("--time-scale", type=float, default=1.0, help="wall seconds per trace second")
     add("--window", type=float, default=120.0, help="trace seconds after (and before) restart")
-    add("--utilisation", type=float, default=0.65, help="target busy share before the restart")
+    add("--utilisation", type=float, default=0.6, help="target busy share before the restart")
     add("--root-share", type=float, help="share of prefix roots replayed (default: chosen)")
-    add("--max-tokens", type=int, default=2)
-    add("--warmup-s", type=float, default=45.0, help="warm-up compute budget, seconds")
+    add("--max-tokens", type=int, default=1)
+    add("--warmup-s", type=float, default=60.0, help="warm-up compute budget, seconds")
     add("--memory-mb", type=int, default=512)
     add("--ssd-mb", type=int, default=4096)
     args = parser.parse_args(argv)

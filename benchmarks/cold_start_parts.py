@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import random
 import shutil
@@ -195,8 +196,11 @@ def send(client: Any, model: str, prompt: str, max_tokens: int, began: float) ->
     return Sample(sent - began, (first or done) - sent, done - began, cached, error)
 
 
-def replay(url: str, model: str, prompts: list[tuple[float, str]], max_tokens: int) -> list[Sample]:
-    """Send each (wall offset, prompt) at its offset, concurrently; the samples in order."""
+def replay(
+    url: str, model: str, prompts: list[tuple[float, str]], max_tokens: int, workers: int = 256
+) -> list[Sample]:
+    """Send each (wall offset, prompt) at its offset, `workers` at most in flight (offsets 0
+    and 2 workers: back to back, the node never idle); the samples in order."""
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=900)
@@ -206,7 +210,7 @@ def replay(url: str, model: str, prompts: list[tuple[float, str]], max_tokens: i
         time.sleep(max(0.0, began + item[0] - time.perf_counter()))  # the arrival time
         return send(client, model, item[1], max_tokens, began)
 
-    with ThreadPoolExecutor(max_workers=min(256, max(1, len(prompts)))) as pool:
+    with ThreadPoolExecutor(max_workers=min(workers, max(1, len(prompts)))) as pool:
         return list(pool.map(at, prompts))
 
 
@@ -246,8 +250,11 @@ def busy_fraction(samples: Sequence[Sample], start: float, end: float) -> float:
     return round(busy / (end - start), 3) if end > start else 0.0
 
 
-def predicted_busy_s(arrivals: Sequence[Arrival], builder: PromptBuilder, cost: dict) -> float:
-    """Model seconds `arrivals` cost with every page kept (the trace's own reuse, no restart)."""
+def predicted_busy_s(
+    arrivals: Sequence[Arrival], builder: PromptBuilder, cost: dict, since: float = -math.inf
+) -> float:
+    """Model seconds the arrivals from `since` on cost with every page of all of `arrivals`
+    kept (the trace's own reuse, no restart): `cost` per request and per token computed."""
     seen: set[int] = set()
     busy = 0.0
     for a in arrivals:
@@ -255,6 +262,7 @@ def predicted_busy_s(arrivals: Sequence[Arrival], builder: PromptBuilder, cost: 
         while lead < len(a.blocks) and a.blocks[lead] in seen:
             lead += 1
         cached = min(n - 1, PAGE * (builder.tokens_per_block * lead // PAGE))
-        busy += cost["request_s"] + cost["token_ms"] / 1000 * (n - cached)
+        if a.at >= since:
+            busy += cost["request_s"] + cost["token_ms"] / 1000 * (n - cached)
         seen.update(a.blocks)
     return busy
