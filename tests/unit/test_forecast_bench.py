@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from helpers import invoke_cli
 from helpers import run_cli as run
 
 
@@ -27,6 +28,7 @@ def azure_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_bench_forecast_json(azure_like: Path, tmp_path: Path) -> None:
     done = run(
         "bench", "forecast", "--trace", str(azure_like), "--format", "azure", "--bucket", "10",
@@ -52,7 +54,7 @@ def test_bench_forecast_json(azure_like: Path, tmp_path: Path) -> None:
 
 
 def test_bench_forecast_bad_input_is_one_line(tmp_path: Path) -> None:
-    missing = run(
+    missing = invoke_cli(
         "bench", "forecast", "--trace", str(tmp_path / "nope.csv"), "--format", "azure",
         "--bucket", "10", cwd=tmp_path,
     )  # fmt: skip
@@ -60,13 +62,14 @@ def test_bench_forecast_bad_input_is_one_line(tmp_path: Path) -> None:
     assert "no such file" in missing.stderr
     short = tmp_path / "short.csv"
     short.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.0000000,1,1\n")
-    done = run(
+    done = invoke_cli(
         "bench", "forecast", "--trace", str(short), "--format", "azure", "--bucket", "10",
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 2 and done.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_bench_hotset_json(mooncake_like: Path, tmp_path: Path) -> None:
     done = run(
         "bench", "hotset", "--trace", str(mooncake_like), "--format", "mooncake",
@@ -91,13 +94,15 @@ def test_bench_hotset_json(mooncake_like: Path, tmp_path: Path) -> None:
 
 
 def test_bench_hotset_too_few_windows_is_one_line(mooncake_like: Path, tmp_path: Path) -> None:
-    done = run("bench", "hotset", "--trace", str(mooncake_like), "--window", "100000", cwd=tmp_path)
+    done = invoke_cli(
+        "bench", "hotset", "--trace", str(mooncake_like), "--window", "100000", cwd=tmp_path
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
 
 
 def test_train_forecaster_without_features_is_one_line(tmp_path: Path) -> None:
-    done = run("train", "forecaster", "--data-dir", str(tmp_path / "d"), cwd=tmp_path)
+    done = invoke_cli("train", "forecaster", "--data-dir", str(tmp_path / "d"), cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "run `preheat ingest` and `preheat features` first" in done.stderr
-    bad = run("train", "forecaster", "--granularity", "2min", cwd=tmp_path)
+    bad = invoke_cli("train", "forecaster", "--granularity", "2min", cwd=tmp_path)
     assert bad.returncode == 2 and "granularity '2min'" in bad.stderr

@@ -89,6 +89,7 @@ def _trace(pattern: str, seed: int = 0) -> KeyWindows:
     return KeyWindows.build(np.concatenate([*times, [1230.0]]), np.concatenate([*keys, [-1]]), 60)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", ["every_other", "three_turns"])
 def test_patterns_frequency_misses_are_ranked_better_by_the_features(pattern: str) -> None:
     kw = _trace(pattern)
@@ -183,6 +184,7 @@ def _online(k: int, cache: BoostCache | None = None) -> OnlineRefit:
     return OnlineRefit(lambda: FeatureBoost(k, **SMALL, cache=cache))
 
 
+@pytest.mark.slow
 def test_online_scores_for_w_ignore_every_request_from_w_on() -> None:
     kw, w = _gap_change(), 12
     other = _append_from(kw, w, seed=5)
@@ -198,6 +200,7 @@ def test_online_scores_for_w_ignore_every_request_from_w_on() -> None:
     assert a.fitted[w + 1].params != b.fitted[w + 1].params  # window w differs: so can this
 
 
+@pytest.mark.slow
 def test_online_refits_follow_a_change_the_fit_once_model_cannot() -> None:
     kw = _gap_change()  # conversations return after 3 windows before window 8, after 1 from it
     cache = BoostCache()
@@ -212,6 +215,7 @@ def test_online_refits_follow_a_change_the_fit_once_model_cannot() -> None:
     assert online_recall > 0.15
 
 
+@pytest.mark.slow
 def test_cached_online_refits_equal_fits_from_scratch() -> None:
     kw = _gap_change()
     online = _online(15, BoostCache()).fit(kw, 10)
