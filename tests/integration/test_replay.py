@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from helpers import run_cli
+from helpers import invoke_cli, run_cli
 
 from flows.bench.traces import AccessTrace
 from flows.replay.engine import (
@@ -195,12 +195,13 @@ def test_replay_cli_json_and_errors(mooncake_like: Path, tmp_path: Path) -> None
             ttft = figures["ttft_ms"]
             assert ttft["p50"] <= ttft["p95"] <= ttft["p99"]
             assert 0 < figures["utilisation"] <= 1
-    bad = run_cli(
+    bad = invoke_cli(
         "replay", "--trace", str(mooncake_like), "--memory", "2", "--ssd", "0.1",
         "--warmup", "on", cwd=tmp_path,
     )  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
-    wrong = _replay_cli(mooncake_like, tmp_path, "--warmup", "maybe")
+    wrong = invoke_cli("replay", "--trace", str(mooncake_like), "--memory", "0.1", "--ssd", "0.1",
+                       "--warmup", "maybe", cwd=tmp_path)  # fmt: skip
     assert wrong.returncode == 2 and "choose on or off" in wrong.stderr
 
 
@@ -208,8 +209,10 @@ def test_replay_cli_json_and_errors(mooncake_like: Path, tmp_path: Path) -> None
 def test_replay_cli_refuses_a_bad_load_in_one_line(
     mooncake_like: Path, tmp_path: Path, load: str
 ) -> None:
-    done = _replay_cli(mooncake_like, tmp_path, "--warmup", "off", "--latency", "reference",
-                       "--load", load)  # fmt: skip
+    done = invoke_cli(
+        "replay", "--trace", str(mooncake_like), "--memory", "0.05", "--ssd", "0.2",
+        "--warmup", "off", "--latency", "reference", "--load", load, cwd=tmp_path,
+    )  # fmt: skip
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"--load {load!r}: a positive factor" in done.stderr and not done.stdout
 
