@@ -107,7 +107,7 @@ def test_quick_run_reports_both_arms(bench: ModuleType, capsys, tmp_path: Path) 
     result = orjson.loads(out.read_text())
     assert orjson.loads(capsys.readouterr().out) == result
     assert result["scaling"]["tokens_per_block"] == 4 and result["model"]["name"] == "tiny-gpt2"
-    assert result["ingest"]["accepted"] >= result["replayed"]["history"]  # the lake knows it
+    assert result["ingest"]["accepted"] >= result["replayed"]["history_back_to_back"]  # in the lake
     for arm in ("off", "on"):
         after = result["arms"][arm]["after"]
         assert after["n"] == result["replayed"]["after"] > 0 and after["errors"] == 0
