@@ -71,6 +71,12 @@ def _string(key: CacheKey | str | None) -> str | None:
     return key if key is None or isinstance(key, str) else key.to_string()
 
 
+def _copyable(ttl: Any) -> bool:
+    """Whether a value with `ttl` seconds left may be copied up: an unknown expiry must not
+    become "never", and an expired value is not copied."""
+    return ttl is not _UNKNOWN and (ttl is None or ttl > 0)
+
+
 class HybridCache:
     """Tiers from fastest to slowest; `write_through` names the tiers every put writes to
     (default: all). The others are filled by demotion and promotion only."""
@@ -194,19 +200,26 @@ class HybridCache:
         """Renew a renew-on-hit TTL; promote a copy found below the top (unchecked: it carries
         its stamp, so a stale one can never be served from the tier it goes to)."""
         tier = self.tiers[depth]
-        renew = self._renewed_ttl(key)
-        if renew is not None:
-            self._call(tier, "touch", tier.touch, key, renew)
+        renew = self._renew_on_hit(key, depth)
         if not depth:
             return
         ttl = renew if renew is not None else self._call(
             tier, "ttl", tier.ttl_left, key, on_error=_UNKNOWN
         )  # fmt: skip
-        if ttl is _UNKNOWN or (ttl is not None and ttl <= 0):
-            return  # an unknown expiry must not become "never"; an expired value is not copied
+        if not _copyable(ttl):
+            return
         for upper in self.tiers[:depth]:
             if self._call(upper, "put", upper.put, key, raw, ttl_s=ttl, parent=parent):
                 self.metrics.promotions.labels(upper.name).inc()
+
+    def _renew_on_hit(self, key: str, depth: int) -> float | None:
+        """Renew `key`'s renew-on-hit TTL in the tier at `depth` that served it; the TTL, or
+        None where it has none to renew."""
+        renew = self._renewed_ttl(key)
+        if renew is not None:
+            tier = self.tiers[depth]
+            self._call(tier, "touch", tier.touch, key, renew)
+        return renew
 
     def get_chain(
         self, keys: Sequence[PrefixKey | str], parent: PrefixKey | str | None = None
@@ -255,15 +268,12 @@ class HybridCache:
         order, stopping at the first that cannot go (a later one would have no parent there)."""
         top, ttls = self.tiers[0], self._chain_ttls(keys, chain)
         for key, (value, depth), parent, ttl in zip(keys, chain, parents, ttls, strict=True):
-            renew = self._renewed_ttl(key)
-            if renew is not None:
-                tier = self.tiers[depth]
-                self._call(tier, "touch", tier.touch, key, renew)
-                ttl = renew
+            renew = self._renew_on_hit(key, depth)
+            ttl = renew if renew is not None else ttl
             if not depth:
                 continue
-            if ttl is _UNKNOWN or (ttl is not None and ttl <= 0):
-                break  # an unknown expiry must not become "never"; an expired value is not copied
+            if not _copyable(ttl):
+                break
             if not self._call(top, "put", top.put, key, value, ttl_s=ttl, parent=parent):
                 break
             self.metrics.promotions.labels(top.name).inc()
