@@ -14,9 +14,9 @@ import sys
 
 import orjson
 
-from flows.bench.cache_bench import bench_cache
-from flows.bench.shared_data import add_shared_argument
-from flows.bench.traces import load_trace
+from cache_runtime.traces import load_trace
+from models.evaluation.bench.cache_bench import bench_cache
+from models.evaluation.bench.shared_data import add_shared_argument
 
 TRACES = (
     ("traces/mooncake_synthetic_trace.jsonl", "mooncake"),

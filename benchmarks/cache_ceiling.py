@@ -1,11 +1,12 @@
 """What the trace's own signals can close of the LRU-to-Belady gap at most, in hindsight.
 
-Replays the Mooncake trace (KV prefix blocks) through sampled eviction by class-conditioned
-reuse probability, with the statistics fitted on the whole trace (`flows.bench.signal_ceiling`),
-with and without conversation turns, next to LRU, Belady and the shipped policy; prints one JSON
-object. It bounds what an online policy using these signals can reach on this trace: the issue's
-"about a fifth of the gap at 10%" is stated for real conversation traces. Pass another trace of
-the same format with --trace. Needs ../shared/data unless --trace is given.
+Replays the Mooncake trace (KV prefix blocks) through sampled eviction by class-conditioned reuse
+probability, with the statistics fitted on the whole trace
+(`models.evaluation.bench.signal_ceiling`), with and without conversation turns, next to LRU, Belady
+and the shipped policy; prints one JSON object. It bounds what an online policy using these signals
+can reach on this trace: the issue's "about a fifth of the gap at 10%" is stated for real
+conversation traces. Pass another trace of the same format with --trace. Needs ../shared/data unless
+--trace is given.
 
 Usage: python benchmarks/cache_ceiling.py [--shared ../shared/data] [--trace FILE]
        [--sizes 0.01,0.05,0.1,0.2]
@@ -19,9 +20,9 @@ from pathlib import Path
 
 import orjson
 
-from flows.bench.shared_data import add_shared_argument
-from flows.bench.signal_ceiling import bench_ceiling
-from flows.bench.traces import load_trace
+from cache_runtime.traces import load_trace
+from models.evaluation.bench.shared_data import add_shared_argument
+from models.evaluation.bench.signal_ceiling import bench_ceiling
 
 
 def main() -> None:

@@ -31,8 +31,8 @@ import httpx
 import orjson
 
 from flows.gateway import GatewayConfig, create_app
-from flows.gateway.runners import InProcessRunner
 from models.llm.openai_server import serve_in_thread
+from models.serving.runners import InProcessRunner
 
 KEYS = {"sk-calm": "calm", "sk-flood": "flood"}
 

@@ -48,8 +48,8 @@ import redis
 
 from cache_runtime.services import find_redis_server, free_port
 from flows.gateway import CACHE_HEADER, GatewayConfig, create_app
-from flows.gateway.runners import InProcessRunner
 from models.llm.openai_server import serve_in_thread
+from models.serving.runners import InProcessRunner
 
 KEY = "sk-load"
 EMBEDDING_MODEL = "all-minilm-l6-v2"

@@ -34,8 +34,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from flows.gateway import CACHE_HEADER, GatewayConfig, create_app
-from flows.gateway.runners import InProcessRunner
 from models.llm.openai_server import serve_in_thread
+from models.serving.runners import InProcessRunner
 
 KEY = "sk-bench"
 PROMPT = "What is the fee for an international wire transfer from a premium account?"

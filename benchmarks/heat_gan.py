@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from flows.bench.forecast_bench import total_series
-from flows.bench.shared_data import add_shared_argument
-from flows.bench.traces import load_request_keys
-from flows.cli_forecast import quiet_training
+from cache_runtime.traces import load_request_keys
+from flows.cli.forecast import quiet_training
+from models.evaluation.bench.forecast_bench import total_series
+from models.evaluation.bench.shared_data import add_shared_argument
 from models.heat.gan import GanConfig, train_gan
 from models.heat.realism import NaiveGenerator, compare
 from models.heat.series import HeatSplit, decayed_heat

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import orjson
 
-from flows.bench.shared_data import add_shared_argument
+from models.evaluation.bench.shared_data import add_shared_argument
 
 
 def pin_to_one_core() -> None:
@@ -56,7 +56,7 @@ def mooncake_file(target: Path, rows: int, shared: Path) -> Path:
 
 
 def generic_file(target: Path, rows: int) -> Path:
-    from flows.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
+    from models.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
 
     write_synthetic_log(target, SyntheticLogSpec(days=rows / 15_000, requests_per_day=15_000))
     return target
@@ -83,9 +83,9 @@ def rate(rows: int, seconds: float) -> float:
 
 
 def preheat_validate(path: Path, fmt_name: str) -> tuple[int, float]:
-    from flows.ingest.detect import resolve_format
-    from flows.ingest.formats import SourceContext
-    from flows.ingest.pipeline import CHUNK_ROWS, _chunks, process_chunk
+    from models.ingest.detect import resolve_format
+    from models.ingest.formats import SourceContext
+    from models.ingest.pipeline import CHUNK_ROWS, _chunks, process_chunk
 
     started = time.perf_counter()
     fmt = resolve_format(path, fmt_name)
@@ -99,7 +99,7 @@ def preheat_validate(path: Path, fmt_name: str) -> tuple[int, float]:
 
 def preheat_end_to_end(path: Path, fmt_name: str) -> tuple[int, float]:
     from data_contracts.lake import Lake
-    from flows.ingest.pipeline import ingest_file
+    from models.ingest.pipeline import ingest_file
 
     with tempfile.TemporaryDirectory() as lake_dir:
         report = ingest_file(path, Lake(Path(lake_dir)), fmt_name)
@@ -110,7 +110,7 @@ def pandas_naive(path: Path, fmt_name: str) -> tuple[int, float]:
     import pandas as pd
 
     from data_contracts import RequestLog
-    from flows.ingest.formats import DEFAULT_EPOCH
+    from models.ingest.formats import DEFAULT_EPOCH
 
     started = time.perf_counter()
     if fmt_name == "azure":

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from flows.bench.semantic_bench import bench_semantic
-from flows.bench.shared_data import add_shared_argument
+from models.evaluation.bench.semantic_bench import bench_semantic
+from models.evaluation.bench.shared_data import add_shared_argument
 from models.templates.embeddings import Embedder
 from models.templates.pairs import (
     Pair,

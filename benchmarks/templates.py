@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 import torch
 
-from flows.bench.shared_data import add_shared_argument
-from flows.bench.templates_bench import bench_templates
+from models.evaluation.bench.shared_data import add_shared_argument
+from models.evaluation.bench.templates_bench import bench_templates
 from models.templates.embeddings import shared_embedder
 from models.templates.mining import MiningConfig
 from models.templates.quality import template_quality

@@ -28,7 +28,7 @@ import pandas as pd
 
 from data_contracts import WarmupCandidate
 from data_contracts.dtypes import STRING
-from flows.warmup.plan import Budgets, plan_warmup
+from models.warmup.plan import Budgets, plan_warmup
 
 GOAL_S = 2.0
 TENANTS = 10
@@ -128,7 +128,7 @@ ORCHESTRATION_GOAL_MS = 5.0
 
 def _null_items(n: int, tag: str) -> list[Any]:
     """`n` independent KV items for the null backend (which warms nothing, instantly)."""
-    from flows.warmup.items import WarmItem
+    from models.warmup.items import WarmItem
 
     return [
         WarmItem(i, "bench", f"kv:{tag}:{i}", "kv_prefix", None, "memory", f"prompt {i}")
@@ -137,7 +137,7 @@ def _null_items(n: int, tag: str) -> list[Any]:
 
 
 def _resources(directory: Path) -> Any:
-    from flows.warmup.run import BackendSpec, NodeResources
+    from models.warmup.run import BackendSpec, NodeResources
 
     return NodeResources(BackendSpec("null"), str(directory), None, 1 << 20, 1 << 20)
 
@@ -151,7 +151,7 @@ def _timed_flow_run(
     from prefect import flow
 
     from flows.warmup.flow import ensure_node_limit, node_slots, submit_batches
-    from flows.warmup.run import dependency_batches, open_job, release_resources, summarise_run
+    from models.warmup.run import dependency_batches, open_job, release_resources, summarise_run
 
     @flow(name="warmup-orchestration-bench", task_runner=runner)
     def run() -> dict[str, Any]:
@@ -224,7 +224,7 @@ def measure_orchestration_overhead(
     import os
     import tempfile
 
-    from flows.warmup.run import open_job, warm_locally
+    from models.warmup.run import open_job, warm_locally
 
     with tempfile.TemporaryDirectory(prefix="preheat-bench-") as scratch:
         root = Path(scratch)

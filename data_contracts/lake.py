@@ -326,3 +326,8 @@ def _insert_new_keys(
         seen.add(key)
         fresh[i] = db.execute(probe, (key, batch_id)).rowcount == 1
     return fresh
+
+
+def lake_of(data_dir: str | Path) -> Lake:
+    """The lake of a data directory: `<data_dir>/lake`, where every stage reads and writes."""
+    return Lake(Path(data_dir) / "lake")

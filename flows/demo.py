@@ -23,7 +23,7 @@ from cache_runtime.services import RedisHandle
 from cache_runtime.settings import Settings
 from data_contracts.derived import read_demand
 from data_contracts.lake import Lake
-from flows.ingest.synthetic import SyntheticLogSpec, generate_requests, write_synthetic_log
+from models.ingest.synthetic import SyntheticLogSpec, generate_requests, write_synthetic_log
 
 
 def _stream_live_traffic(
@@ -103,7 +103,7 @@ def _summary_tables(lake: Lake, settings: Settings, console: Console) -> dict:
 def _forecast_stage(settings: Settings) -> dict:
     """Train and gate the per-key forecaster, then ask the champion for the next buckets."""
     from data_contracts.derived import read_demand
-    from flows.cli_forecast import quiet_training
+    from flows.cli.forecast import quiet_training
     from flows.forecast.flow import train_forecaster_flow
     from models.forecast.registry import load_champion
 
@@ -171,7 +171,7 @@ def _llm_stage(settings: Settings) -> dict[str, str]:
     warm-up and deploy-models have a model after the demo (a user's own stays champion)."""
     import mlflow
 
-    from flows.cli_models import register_tiny_llm
+    from flows.cli.model_registry import register_tiny_llm
     from models.llm.registry import MODEL_NAME
 
     client = mlflow.MlflowClient(settings.mlflow_uri)
@@ -185,10 +185,10 @@ def _llm_stage(settings: Settings) -> dict[str, str]:
 
 def run_demo(settings: Settings, log: Path | None, days: float, console: Console) -> dict:
     """Run every stage; returns (and writes to <data_dir>/reports/demo_summary.json) a summary."""
-    from flows.demo_cache import run_cache_stage
-    from flows.demo_replay import run_replay_stage
     from flows.features.flow import features_flow
     from flows.ingest.flow import ingest_flow
+    from models.evaluation.demo_cache import run_cache_stage
+    from models.evaluation.demo_replay import run_replay_stage
 
     started = time.perf_counter()
     spec = SyntheticLogSpec(days=days)

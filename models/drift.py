@@ -13,7 +13,7 @@ would be judged differently depending on how long the reference is; and a p-valu
 shared by every request of a bucket is meaningless (the rows are not independent). All columns
 use distances instead (an effect size: "how far", comparable between runs), with thresholds set
 above the noise floor measured between same-hour, 60-minute windows of different days of the
-seeded generator (`flows.ingest.synthetic`, 4 seeds x 3 days, windows of >= 200 requests): the
+seeded generator (`models.ingest.synthetic`, 4 seeds x 3 days, windows of >= 200 requests): the
 largest distance seen between undrifted windows was 0.38 for the rate, 0.16 / 0.22 for the
 prompt / output token lengths and 0.14 for the template mix, against thresholds of 0.5, 0.3,
 0.3 and 0.2. A 1.5x rate, a 1.25x prompt length or a reshuffled template popularity clear them.

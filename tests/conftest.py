@@ -74,7 +74,7 @@ def lake(tmp_path: Path) -> Lake:
 @pytest.fixture(scope="session")
 def small_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A generated generic-format log of ~1,500 requests over two hours."""
-    from flows.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
+    from models.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
 
     path = tmp_path_factory.mktemp("logs") / "requests.jsonl"
     write_synthetic_log(path, SyntheticLogSpec(days=2 / 24, requests_per_day=18_000, bursts=1))

@@ -88,7 +88,7 @@ def write_warmable_lake(root: Path, hours: float = 2.0) -> Path:
 
     from flows.features.flow import build_demand_task
     from flows.ingest.flow import ingest_file_task
-    from flows.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
+    from models.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
 
     log = root / "requests.jsonl"
     spec = SyntheticLogSpec(days=hours / 24, requests_per_day=18_000, bursts=1)
@@ -107,7 +107,7 @@ def write_warmable_lake(root: Path, hours: float = 2.0) -> Path:
 
 def ledger_frame(data_dir: Path, plan: str, target: str) -> Any:
     """A warm-up ledger's rows (one per item) as a DataFrame."""
-    from flows.warmup.execute import WarmLedger
+    from models.warmup.execute import WarmLedger
 
     ledger = WarmLedger(WarmLedger.path_for(data_dir, plan), target)
     try:

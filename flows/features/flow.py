@@ -7,8 +7,8 @@ from pathlib import Path
 from prefect import flow, task
 
 from data_contracts.derived import write_demand
-from flows.features.demand import FEATURE_GRANULARITIES, demand_series
-from flows.ingest.flow import lake_of
+from data_contracts.lake import lake_of
+from models.features.demand import FEATURE_GRANULARITIES, demand_series
 
 
 @task(name="build-demand")

@@ -1,6 +1,6 @@
 """The serving gateway: an OpenAI-compatible API in front of the model, reading and filling the
 node cache warm-up fills (issue 9). `create_app(GatewayConfig(...))` gives the FastAPI app;
-`preheat gateway` (`flows.cli_gateway`) serves it with uvicorn."""
+`preheat gateway` (`flows.cli.gateway`) serves it with uvicorn."""
 
 from __future__ import annotations
 

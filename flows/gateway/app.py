@@ -35,12 +35,14 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cache_runtime.node_cache import EMBEDDING_MODEL_ID
 from flows.gateway import openai_format as fmt
-from flows.gateway.embeddings import encoded
 from flows.gateway.limits import BodyLimit
-from flows.gateway.metrics import exposition
 from flows.gateway.resources import build_gateway
-from flows.gateway.schemas import (
+from flows.gateway.service import opted_out
+from models.serving.embeddings import encoded
+from models.serving.metrics import exposition
+from models.serving.schemas import (
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
@@ -50,15 +52,13 @@ from flows.gateway.schemas import (
     InvalidateRequest,
     bad_request,
 )
-from flows.gateway.service import opted_out
-from flows.gateway.streaming import StreamSink
-from flows.warmup.execute import EMBEDDING_MODEL_ID
+from models.serving.streaming import StreamSink
 from models.templates.embeddings import DIMENSIONS
 
 if TYPE_CHECKING:
-    from flows.gateway.chain import Served
     from flows.gateway.config import GatewayConfig
     from flows.gateway.service import Gateway
+    from models.serving.chain import Served
 
 log = logging.getLogger(__name__)
 

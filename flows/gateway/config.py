@@ -2,7 +2,7 @@
 
 One settings object for the component (STYLE habit 5), validated at construction, nothing read
 at import. The platform's own settings (data dir, Redis URL, request stream) are passed in by
-the caller (`flows.cli_gateway` copies them from `cache_runtime.settings.Settings`), so there is
+the caller (`flows.cli.gateway` copies them from `cache_runtime.settings.Settings`), so there is
 one place to set the Redis URL, not two.
 
 API keys are secrets: they come from a key file (`keys_file`) or the environment

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from flows.gateway.schemas import GatewayError
+from models.serving.schemas import GatewayError
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

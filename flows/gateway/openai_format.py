@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from flows.gateway.chain import Served
-from flows.gateway.schemas import GatewayError
+from models.serving.chain import Served
+from models.serving.schemas import GatewayError
 
 _PIECES = re.compile(r"\s*\S+|\s+$")  # words with their leading whitespace; trailing blanks
 DONE = b"data: [DONE]\n\n"

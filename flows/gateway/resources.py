@@ -2,7 +2,7 @@
 
 Everything the caller passes in is used as given and stays the caller's to close (tests share
 one model between apps; a benchmark injects its own cache); everything built here is closed
-with the gateway. The cache is `flows.warmup.execute.node_cache` — the same tiers, paths and
+with the gateway. The cache is `cache_runtime.node_cache.node_cache` — the same tiers, paths and
 Redis namespace warm-up writes to — so the gateway reads exactly what warm-up stored.
 
 Each load (model, MiniLM, templates, calibration; later the warm-up ledgers and the forecast)
@@ -17,17 +17,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from flows import telemetry
+from cache_runtime import telemetry
 from flows.gateway.auth import KeyRing
-from flows.gateway.chain import Chain
-from flows.gateway.embeddings import EmbeddingService, MiniLM
 from flows.gateway.limits import TenantSlots
-from flows.gateway.metrics import GatewayMetrics
-from flows.gateway.runners import InProcessRunner, Runner, UpstreamRunner
-from flows.gateway.semantic import SemanticLayer
 from flows.gateway.service import Gateway
-from flows.gateway.signals import ForecastLoader, Signals, SignalSettings
-from flows.gateway.warmed import WarmupLedgers
+from models.serving.chain import Chain
+from models.serving.embeddings import EmbeddingService, MiniLM
+from models.serving.metrics import GatewayMetrics
+from models.serving.runners import InProcessRunner, Runner, UpstreamRunner
+from models.serving.semantic import SemanticLayer
+from models.serving.signals import ForecastLoader, Signals, SignalSettings
+from models.serving.warmed import WarmupLedgers
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -48,7 +48,7 @@ def open_runner(config: GatewayConfig) -> Runner:
             str(config.base_url), str(config.upstream_model), config.upstream_api_key,
             config.upstream_timeout_s,
         )  # fmt: skip
-    from flows.warmup.run import open_hf_backend
+    from models.warmup.run import open_hf_backend
 
     backend = open_hf_backend(
         config.model_path, config.mlflow_uri, config.data_dir, device=config.device,
@@ -58,7 +58,7 @@ def open_runner(config: GatewayConfig) -> Runner:
 
 
 def open_cache(config: GatewayConfig) -> HybridCache:
-    from flows.warmup.execute import node_cache, node_settings
+    from cache_runtime.node_cache import node_cache, node_settings
 
     settings = node_settings(config.data_dir, config.redis_url)
     return node_cache(settings, config.memory_bytes, config.ssd_bytes, config.redis_namespace)
@@ -96,13 +96,13 @@ def _threshold(config: GatewayConfig) -> Any:
 
 def champion_forecast(config: GatewayConfig) -> ForecastLoader:
     """The champion's per-key forecast on the lake's demand features, as warm-up plans with
-    (`flows.warmup.prepare.load_forecast`); None while there are no features, no store or no
+    (`models.warmup.prepare.load_forecast`); None while there are no features, no store or no
     champion (a store that does not exist is not created by looking)."""
     data_dir, uri = Path(config.data_dir), config.mlflow_uri
 
     def load() -> Any:
         from data_contracts import GRANULARITIES
-        from flows.warmup.prepare import load_forecast, missing_sqlite_store
+        from models.warmup.prepare import load_forecast, missing_sqlite_store
 
         if not (data_dir / "features").is_dir() or missing_sqlite_store(uri):
             return None
@@ -144,7 +144,8 @@ def build_gateway(
     """A ready gateway (model and MiniLM loaded, so the first request pays no load).
 
     Args:
-        tracer_provider: where spans go (default: `flows.telemetry`'s, off unless configured).
+        tracer_provider: where spans go (default: `cache_runtime.telemetry`'s, off unless
+            configured).
         forecast_loader: the forecast the MAPE compares with (default: the champion's).
         rng: the canary draw's random source.
     """

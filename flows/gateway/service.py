@@ -19,10 +19,10 @@ from opentelemetry import trace
 from cache_runtime.generations import GenerationsUnavailable
 from cache_runtime.keys import parse_key
 from flows.gateway.auth import KeyRing, Principal, bearer
-from flows.gateway.chain import Chain, Served
 from flows.gateway.limits import TenantSlots
-from flows.gateway.runners import Job, prefix_hashes
-from flows.gateway.schemas import (
+from models.serving.chain import Chain, Served
+from models.serving.runners import Job, prefix_hashes
+from models.serving.schemas import (
     SESSION_ID,
     ChatRequest,
     CompletionRequest,
@@ -32,15 +32,15 @@ from flows.gateway.schemas import (
     InvalidateRequest,
     bad_request,
 )
-from flows.gateway.validity import decoding_of
+from models.serving.validity import decoding_of
 
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
     from cache_runtime.request_stream import RequestLogProducer
-    from flows.gateway.embeddings import EmbeddingService
-    from flows.gateway.metrics import GatewayMetrics
-    from flows.gateway.signals import Signals
-    from flows.gateway.streaming import AnswerSink
+    from models.serving.embeddings import EmbeddingService
+    from models.serving.metrics import GatewayMetrics
+    from models.serving.signals import Signals
+    from models.serving.streaming import AnswerSink
 
 log = logging.getLogger(__name__)
 OPT_OUT_VALUES = frozenset({"off", "bypass", "no-store", "false", "0"})

@@ -8,13 +8,9 @@ import pandas as pd
 import redis
 from prefect import flow, task
 
-from data_contracts.lake import Lake
-from flows.ingest.pipeline import ingest_file
-from flows.ingest.stream import DEFAULT_GROUP, StreamConsumer
-
-
-def lake_of(data_dir: str | Path) -> Lake:
-    return Lake(Path(data_dir) / "lake")
+from data_contracts.lake import lake_of
+from models.ingest.pipeline import ingest_file
+from models.ingest.stream import DEFAULT_GROUP, StreamConsumer
 
 
 @task(name="ingest-file", retries=2, retry_delay_seconds=5)

@@ -23,8 +23,8 @@ import pandas as pd
 from prefect import flow, task
 
 from cache_runtime.settings import Settings
+from data_contracts.lake import lake_of
 from data_contracts.templates import read_templates, write_templates
-from flows.ingest.flow import lake_of
 from models.templates.clustering import METHODS
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 
 from cache_runtime.heat import DecayParams, decay_params_path
-from flows.bench.traces import AccessTrace, TraceError, load_trace, trace_from_requests
+from cache_runtime.traces import AccessTrace, TraceError, load_trace, trace_from_requests
 from models.heat.tracking import log_tuning_run
 from models.heat.tuning import tune_decay
 

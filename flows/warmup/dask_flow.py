@@ -18,7 +18,7 @@ no per-call runner argument. Only configuration is read at import; no cluster st
   at its end.
 
 **Per-process resources.** A batch opens the backend and the cache lazily in the process that
-runs it (`flows.warmup.run.shared_resources`), so each Dask worker loads its own model once
+runs it (`models.warmup.run.shared_resources`), so each Dask worker loads its own model once
 and reuses it for every later batch it runs. A temporary cluster releases them with its
 workers at the end of the run; a long-lived external cluster keeps a model loaded per worker
 (a warm model cache: the next run skips the load), held until the worker process exits — one

@@ -1,7 +1,7 @@
 """Prefect flow `warmup`: plan from the lake, then warm the plan in batches, resumably.
 
-Thin wiring around `flows.warmup.prepare` (the plan), `flows.warmup.items` (each item's text),
-`flows.warmup.execute` (ledger, warming) and `flows.warmup.run` (batches, resources, summary):
+Thin wiring around `models.warmup.prepare` (the plan), `models.warmup.items` (each item's text),
+`models.warmup.execute` (ledger, warming) and `models.warmup.run` (batches, resources, summary):
 
 - **Dependencies.** Each batch is submitted with `wait_for` on the earlier batches holding its
   items' parents, wrapped in `allow_failure`: a child's warm prefills its whole text, parent
@@ -36,10 +36,10 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, as_completed, wait
 from prefect.utilities.annotations import allow_failure
 
-from flows.warmup.execute import WarmItem, resolve_items
-from flows.warmup.plan import Budgets
-from flows.warmup.prepare import EmptyLake, PlanOptions, plan_from_lake
-from flows.warmup.run import (
+from models.warmup.execute import WarmItem, resolve_items
+from models.warmup.plan import Budgets
+from models.warmup.prepare import EmptyLake, PlanOptions, plan_from_lake
+from models.warmup.run import (
     MB,
     BackendSpec,
     Batch,

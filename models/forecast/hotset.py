@@ -10,7 +10,7 @@ positive score) is compared with the next window's actual counts:
 
 `Oracle` scores with the window's own counts: it is the limit, not a method. Keys are integer
 codes of arbitrary ids (Mooncake prefix keys today, templates later), so nothing here knows
-where keys come from; `flows.bench.traces.load_request_keys` reads them from a trace.
+where keys come from; `cache_runtime.traces.load_request_keys` reads them from a trace.
 
 Fitting and evaluation split at one window, `first_eval_window`: every scorer is fitted on the
 windows before it and evaluated on it and everything after, so every method is scored on the

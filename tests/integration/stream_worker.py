@@ -14,7 +14,7 @@ from pathlib import Path
 import redis
 
 from data_contracts.lake import Lake
-from flows.ingest.stream import StreamConsumer
+from models.ingest.stream import StreamConsumer
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ from cache_runtime.hybrid import HybridCache
 from cache_runtime.keys import ExactKey
 from cache_runtime.services import RedisClusterServers
 from cache_runtime.tiers import MemoryTier, RedisTier, redis_client
-from flows.gateway.semantic import SemanticLayer
+from models.serving.semantic import SemanticLayer
 from models.templates.embeddings import Embedder
 
 pytestmark = pytest.mark.integration

@@ -73,7 +73,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 def _register_forecaster(uri: str, artifacts: Path) -> None:
     """The forecaster test's recipe: steady demand, a 3-epoch attention config, 40 buckets."""
     from data_contracts import DemandSeries
-    from flows.features.demand import TOTAL_KEY
+    from models.features.demand import TOTAL_KEY
     from models.forecast.attention import AttentionConfig
     from models.forecast.registry import train_and_register
 
@@ -126,7 +126,7 @@ def version_dirs(data_dir: Path, node: str, name: str = LLM_MODEL) -> list[str]:
 
 
 def warmup_backend(store: dict[str, str], data_dir: Path, node: str) -> Any:
-    from flows.warmup.run import BackendSpec, open_backend
+    from models.warmup.run import BackendSpec, open_backend
 
     return open_backend(BackendSpec("hf", mlflow_uri=store["uri"]), data_dir, node)
 
@@ -189,7 +189,7 @@ def test_the_node_defaults_to_this_host_and_its_warmup_worker_loads_the_deployed
     store: dict[str, str], tmp_path: Path
 ) -> None:
     """The path a warm-up flow run takes on a node's worker: `shared_resources`, no node given."""
-    from flows.warmup.run import BackendSpec, NodeResources, release_resources, shared_resources
+    from models.warmup.run import BackendSpec, NodeResources, release_resources, shared_resources
 
     champion_is(store, "good")
     data_dir = tmp_path / "data"

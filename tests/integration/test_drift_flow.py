@@ -23,8 +23,8 @@ from prefect import flow
 
 from data_contracts.lake import Lake
 from flows.drift.flow import RETRAIN_TAG, check_drift_flow
-from flows.ingest.pipeline import ingest_file
-from flows.ingest.synthetic import SyntheticLogSpec, generate_requests
+from models.ingest.pipeline import ingest_file
+from models.ingest.synthetic import SyntheticLogSpec, generate_requests
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,8 +19,7 @@ import torch
 
 from data_contracts import DemandSeries, KeyForecast
 from data_contracts.lake import Lake
-from flows.features.demand import TOTAL_KEY, demand_series
-from flows.ingest.pipeline import ingest_file
+from models.features.demand import TOTAL_KEY, demand_series
 from models.forecast.attention import AttentionConfig, ForecastModule
 from models.forecast.gating import promotion_decision
 from models.forecast.panel import OTHER_KEY, PANEL_BASELINES, KeyPanel, PanelForecaster
@@ -30,6 +29,7 @@ from models.forecast.registry import (
     load_champion,
     train_and_register,
 )
+from models.ingest.pipeline import ingest_file
 
 pytestmark = pytest.mark.integration
 

@@ -31,8 +31,8 @@ from cache_runtime.services import RedisServer
 from cache_runtime.tiers import RedisTier, redis_client
 from flows.gateway import CACHE_HEADER, KEY_HEADER, GatewayConfig, create_app
 from flows.gateway.config import DEFAULT_SEMANTIC_THRESHOLD
-from flows.gateway.embeddings import MiniLM
-from flows.gateway.runners import InProcessRunner
+from models.serving.embeddings import MiniLM
+from models.serving.runners import InProcessRunner
 from models.templates.guards import guards_pass
 from models.templates.semantic import normalise
 
@@ -797,7 +797,7 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 
 def test_every_one_of_the_twelve_metrics_is_exported(gw: Running) -> None:
-    from flows.gateway.metrics import HELP
+    from models.serving.metrics import HELP
 
     complete(gw, unique("What is the overdraft limit?"))
     text = httpx.get(f"{gw.url}/metrics").text
@@ -819,7 +819,7 @@ def test_hits_on_what_a_warm_up_run_stored_are_attributed_to_it_and_priced(
     """A real warm-up batch (ledger and all) into the gateway's cache, then traffic: hits on
     its entries count for warm-up, hits on traffic's own entries do not; the ROI is the
     formula over the exposed value and cost."""
-    from flows.warmup.execute import WarmItem, WarmLedger, backend_target, execute_batch
+    from models.warmup.execute import WarmItem, WarmLedger, backend_target, execute_batch
 
     running, stop = start(backend, minilm, tmp_path / "data", None, semantic=False, refresh_s=0)
     try:
@@ -889,8 +889,8 @@ def test_requests_cache_lookups_and_model_calls_are_spans_and_off_means_none(
     from opentelemetry import trace
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from flows.gateway.metrics import tenant_label
-    from flows.telemetry import TracingSettings, build_provider
+    from cache_runtime.telemetry import TracingSettings, build_provider
+    from models.serving.metrics import tenant_label
 
     assert isinstance(gw.app.state.gateway.tracer, trace.NoOpTracer)  # the default: off
     exporter = InMemorySpanExporter()

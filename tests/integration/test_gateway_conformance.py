@@ -18,7 +18,7 @@ from test_gateway import (  # the gateway tests' fixtures (a model and MiniLM pe
     unique,
 )
 
-from flows.gateway.embeddings import MiniLM
+from models.serving.embeddings import MiniLM
 
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch")

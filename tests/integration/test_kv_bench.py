@@ -13,7 +13,7 @@ GPT2_SMALL_KV_BYTES_PER_TOKEN = 12 * 2 * 768 * 4  # layers x (keys, values) x wi
 
 
 def test_a_short_run_reports_every_way_for_every_length() -> None:
-    from flows.bench.kv_bench import bench_kv
+    from models.evaluation.bench.kv_bench import bench_kv
 
     result = bench_kv(lengths=(48, 80), repeats=1, device="cpu")
 
@@ -33,7 +33,7 @@ def test_a_short_run_reports_every_way_for_every_length() -> None:
 def test_a_restore_that_does_not_match_the_cold_prefill_fails_the_bench() -> None:
     from transformers import DynamicCache
 
-    from flows.bench.kv_bench import _Prompt, build_model
+    from models.evaluation.bench.kv_bench import _Prompt, build_model
 
     model, _ = build_model("cpu", 64)
     prompt = _Prompt(model, 48)

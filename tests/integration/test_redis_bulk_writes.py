@@ -83,7 +83,7 @@ def test_the_bench_on_a_configured_redis_deletes_only_its_own_keys(
     redis_url: str, admin: redis.Redis
 ) -> None:
     """Regression: `preheat bench runtime` ran FLUSHDB on the Redis the settings name."""
-    from flows.bench.runtime_bench import bench_redis
+    from models.evaluation.bench.runtime_bench import bench_redis
 
     admin.set("someone-elses", b"keep")
     result = bench_redis(redis_url, writes=3000, batch=1000, rounds=1)

@@ -405,7 +405,7 @@ def test_settings_redis_url_carries_tls_to_the_node_cache(
 ) -> None:
     """`Settings` carries TLS in `redis_url`'s query (CA, client cert and key), which reaches
     `redis_client` through `node_cache`, the warm-up's cache."""
-    from flows.warmup.execute import node_cache
+    from cache_runtime.node_cache import node_cache
 
     query = "&".join(
         f"{name}={quote(str(path), safe='')}"
@@ -562,7 +562,7 @@ def test_settings_with_redis_cluster_give_the_node_cache_a_cluster_tier(
 ) -> None:
     """`redis_cluster` (`PREHEAT_REDIS_CLUSTER`) makes `node_cache`'s Redis tier a cluster
     client: values land on every master, and each comes back through the cache."""
-    from flows.warmup.execute import node_cache
+    from cache_runtime.node_cache import node_cache
 
     ca = quote(str(pki.ca.cert_file), safe="")
     settings = Settings(

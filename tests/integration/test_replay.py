@@ -10,8 +10,8 @@ import orjson
 import pytest
 from helpers import invoke_cli, run_cli
 
-from flows.bench.traces import AccessTrace
-from flows.replay.engine import (
+from cache_runtime.traces import AccessTrace
+from models.evaluation.replay.engine import (
     PreparedTrace,
     ReplayConfig,
     after_restart_mask,
@@ -20,7 +20,7 @@ from flows.replay.engine import (
     request_times,
     run_replay,
 )
-from flows.replay.latency import ReplayLatency
+from models.evaluation.replay.latency import ReplayLatency
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +126,7 @@ def test_shared_redis_survives_restarts(real_tiers: bool) -> None:
 
 
 def _mooncake_slice(path: Path, requests: int) -> AccessTrace:
-    from flows.bench.traces import load_trace
+    from cache_runtime.traces import load_trace
 
     trace = load_trace(path, "mooncake")
     assert trace.times is not None
@@ -283,10 +283,10 @@ def test_replay_report_leads_with_the_table_and_logs_to_mlflow(
 
 def test_ahead_of_demand_rewarms_a_hot_block_the_node_lost() -> None:
     """Opt-in: a block the manifest calls hot but the node no longer holds is warmed back."""
-    from flows.replay.demand import DemandModel
-    from flows.replay.node import Node, TraceClock
-    from flows.replay.planning import plan_ahead
-    from flows.replay.warming import HeatManifest, WarmWorker
+    from models.evaluation.replay.demand import DemandModel
+    from models.evaluation.replay.node import Node, TraceClock
+    from models.evaluation.replay.planning import plan_ahead
+    from models.evaluation.replay.warming import HeatManifest, WarmWorker
 
     prepared = PreparedTrace.build(_trace([(0.0, [1, 2]), (1.0, [3])]))
     long, short = HeatManifest(3, 60.0), HeatManifest(3, 10.0)
@@ -335,10 +335,10 @@ def test_cheap_loads_from_the_shared_tier_are_queued_before_recomputes() -> None
     """Four blocks equally hot; the shared Redis holds two of them: loading those (3 ms) goes
     before recomputing the others (51.2 ms), the benefit per second of worker time."""
     from cache_runtime.services import RedisServer
-    from flows.replay.demand import DemandModel
-    from flows.replay.node import Node, TraceClock
-    from flows.replay.planning import ranked
-    from flows.replay.warming import HeatManifest, WarmWorker
+    from models.evaluation.replay.demand import DemandModel
+    from models.evaluation.replay.node import Node, TraceClock
+    from models.evaluation.replay.planning import ranked
+    from models.evaluation.replay.warming import HeatManifest, WarmWorker
 
     requests = [(float(t), [b]) for t in range(0, 50, 5) for b in (1, 2, 3, 4)]
     prepared = PreparedTrace.build(_trace(requests))

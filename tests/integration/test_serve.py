@@ -127,8 +127,8 @@ def test_triggered_warmup_completes_and_the_cache_holds_the_planned_items(served
     from prefect.deployments import run_deployment
 
     from cache_runtime.kv_pages import page_keys
+    from cache_runtime.node_cache import node_cache
     from cache_runtime.settings import Settings
-    from flows.warmup.execute import node_cache
     from models.llm.backends import HFBackend
 
     parameters = {"model_path": str(served.root / "llm"), "batch_size": 8, **BUDGETS}
@@ -139,7 +139,7 @@ def test_triggered_warmup_completes_and_the_cache_holds_the_planned_items(served
     ledgers = sorted((data_dir / "warmup").glob("*.sqlite"))
     assert len(ledgers) == 1
     with sqlite3.connect(ledgers[0]) as db:
-        # the ledger's own table (flows.warmup.execute), read here as the UI of a user would not
+        # the ledger's own table (models.warmup.execute), read here as the UI of a user would not
         rows = db.execute("SELECT kind, item, tenant, text, state FROM items").fetchall()
     assert len(rows) > 20 and {r[4] for r in rows} == {"done"}
     cache = node_cache(Settings(data_dir=data_dir), 1 << 20, 2 << 20)

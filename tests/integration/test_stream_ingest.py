@@ -17,8 +17,8 @@ from helpers import wait_until
 
 from cache_runtime.request_stream import RequestLogProducer
 from data_contracts.lake import Lake
-from flows.ingest.pipeline import ingest_file
-from flows.ingest.stream import DEFAULT_GROUP, StreamConsumer
+from models.ingest.pipeline import ingest_file
+from models.ingest.stream import DEFAULT_GROUP, StreamConsumer
 
 pytestmark = pytest.mark.integration
 WORKER = Path(__file__).with_name("stream_worker.py")

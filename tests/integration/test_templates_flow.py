@@ -15,9 +15,9 @@ import orjson
 import pandas as pd
 import pytest
 
+from data_contracts.lake import lake_of
 from data_contracts.templates import read_templates
-from flows.ingest.flow import lake_of
-from flows.ingest.pipeline import ingest_file
+from models.ingest.pipeline import ingest_file
 from models.templates.hotspot import HotspotGraph, graph_path
 from models.templates.mined import MinedTemplates
 from models.templates.tracking import EXPERIMENT

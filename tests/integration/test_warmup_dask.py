@@ -89,8 +89,8 @@ def test_what_a_batch_receives_survives_dask_serialisation() -> None:
     process: a batch's items and job must come back equal."""
     from distributed.protocol.pickle import dumps, loads
 
-    from flows.warmup.items import WarmItem
-    from flows.warmup.run import BackendSpec, Batch, NodeResources, WarmupJob
+    from models.warmup.items import WarmItem
+    from models.warmup.run import BackendSpec, Batch, NodeResources, WarmupJob
 
     resources = NodeResources(BackendSpec("hf", "/models/tiny"), "/data", "redis://h:6379/0")
     job = WarmupJob(resources, "plan-1", "hf:tiny")
@@ -163,8 +163,8 @@ def executed_per_worker(client: Any) -> dict[int, int]:
 def assert_parents_finished_first(rows: Any, batch_size: int) -> None:
     """No item of a batch started before every item of the batches it waits for finished
     (the ledger's wall-clock times, written by the worker processes of one host)."""
-    from flows.warmup.items import WarmItem
-    from flows.warmup.run import dependency_batches
+    from models.warmup.items import WarmItem
+    from models.warmup.run import dependency_batches
 
     items = [WarmItem(r.ord, r.tenant, r.item, r.kind, r.parent, r.tier, r.text)
              for r in rows.itertuples(index=False)]  # fmt: skip
@@ -182,7 +182,7 @@ def assert_parents_finished_first(rows: Any, batch_size: int) -> None:
 
 def assert_cache_holds(rows: Any, data_dir: Path, model_dir: Path) -> None:
     """Every KV item's pages and every embedding, as a new process sees the node's cache."""
-    from flows.warmup.execute import EMBEDDING_MODEL_ID, node_cache
+    from cache_runtime.node_cache import EMBEDDING_MODEL_ID, node_cache
     from models.llm.backends import HFBackend
 
     backend = HFBackend.from_path(model_dir)

@@ -53,7 +53,7 @@ def pages_of(backend: Any, tenant: str, text: str) -> list[Any]:
 
 
 def test_shared_text_is_what_every_prompt_starts_with_up_to_a_word() -> None:
-    from flows.warmup.items import shared_text
+    from models.warmup.items import shared_text
 
     assert shared_text(["You are kind. Sum A", "You are kind. Sub B"]) == "You are kind."
     assert shared_text(["You are kind. Sum", "You are kind. Sum"]) == "You are kind. Sum"
@@ -62,8 +62,8 @@ def test_shared_text_is_what_every_prompt_starts_with_up_to_a_word() -> None:
 
 
 def test_batches_keep_plan_order_and_wait_only_for_their_parents() -> None:
-    from flows.warmup.items import WarmItem
-    from flows.warmup.run import dependency_batches
+    from models.warmup.items import WarmItem
+    from models.warmup.run import dependency_batches
 
     def item(order: int, name: str, parent: str | None = None) -> WarmItem:
         return WarmItem(order, "t", name, "kv_prefix", parent, "memory", name)
@@ -79,9 +79,10 @@ def test_warmup_flow_warms_every_planned_item_and_a_rerun_does_nothing(
 ) -> None:
     from prefect import get_client
 
-    from flows.warmup.execute import EMBEDDING_MODEL_ID, WarmLedger, node_cache
+    from cache_runtime.node_cache import EMBEDDING_MODEL_ID, node_cache
     from flows.warmup.flow import warmup_flow
     from models.llm.backends import HFBackend
+    from models.warmup.execute import WarmLedger
 
     data_dir = fresh_data_dir(lake_dir, tmp_path)
     arguments = {
@@ -164,11 +165,11 @@ def test_killed_executor_resumes_without_losing_or_redoing_items(
     lake_dir: Path, model_dir: Path, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """SIGKILL between an item's cache write and its ledger mark; the rerun redoes only it."""
-    from flows.warmup.execute import resolve_items
-    from flows.warmup.plan import Budgets
-    from flows.warmup.prepare import PlanOptions, plan_from_lake
-    from flows.warmup.run import BackendSpec, NodeResources, open_job, warm_locally
     from models.llm.backends import HFBackend
+    from models.warmup.execute import resolve_items
+    from models.warmup.plan import Budgets
+    from models.warmup.prepare import PlanOptions, plan_from_lake
+    from models.warmup.run import BackendSpec, NodeResources, open_job, warm_locally
 
     data_dir = fresh_data_dir(lake_dir, tmp_path)
     budgets = Budgets(500_000, 1_000_000, 0, 1.0, 1.0)
@@ -237,7 +238,7 @@ def test_the_scheduled_warmup_on_an_empty_lake_completes_and_says_why(
     prefect_api: None, tmp_path: Path
 ) -> None:
     from flows.warmup.flow import warmup_flow
-    from flows.warmup.prepare import EmptyLake
+    from models.warmup.prepare import EmptyLake
 
     arguments = {"data_dir": str(tmp_path / "data"), "backend": "null", "node": "empty-node"}
     assert "no lake under" in warmup_flow(**arguments, skip_if_empty=True)["skipped"]

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from flows.warmup.execute import WarmLedger, backend_target, execute_batch
-from flows.warmup.run import BackendSpec, NodeResources, shared_resources
+from models.warmup.execute import WarmLedger, backend_target, execute_batch
+from models.warmup.run import BackendSpec, NodeResources, shared_resources
 
 
 class StallingBackend:

@@ -14,13 +14,13 @@ from cache_runtime.policies import LRUPolicy
 from cache_runtime.pool import PoolPolicy
 from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.simulator import prefix_hits, replay
-from flows.bench.cache_bench import (
+from cache_runtime.traces import ORACLE_DTYPE, AccessTrace, TraceError, load_trace, write_oracle
+from models.evaluation.bench.cache_bench import (
     LIBCACHESIM_POLICIES,
     MORE_LIBCACHESIM_POLICIES,
     bench_cache,
     libcachesim_hits,
 )
-from flows.bench.traces import ORACLE_DTYPE, AccessTrace, TraceError, load_trace, write_oracle
 
 
 def random_trace(n: int = 4000, seed: int = 0) -> AccessTrace:

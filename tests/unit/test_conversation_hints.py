@@ -9,9 +9,9 @@ from cache_runtime.policies import Hint
 from cache_runtime.pool import PoolPolicy
 from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
-from flows.bench.cache_bench import bench_cache
-from flows.bench.conversations import app_hints, find_conversations
-from flows.bench.traces import AccessTrace
+from cache_runtime.traces import AccessTrace
+from models.evaluation.bench.cache_bench import bench_cache
+from models.evaluation.bench.conversations import app_hints, find_conversations
 
 
 def trace_of(requests: list[list[int]]) -> AccessTrace:

@@ -16,7 +16,7 @@ from helpers import invoke_cli
 from cache_runtime.heat import DecayParams
 from cache_runtime.policies import HeatPolicy, LRUPolicy
 from cache_runtime.simulator import replay
-from flows.bench.traces import load_trace, trace_from_requests
+from cache_runtime.traces import load_trace, trace_from_requests
 from models.heat.tuning import LatencyModel, evaluate, tune_decay
 
 

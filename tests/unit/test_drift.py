@@ -11,7 +11,6 @@ import pandera.errors
 import pytest
 
 from data_contracts.drift import DRIFT_COLUMNS, DriftFeatures
-from flows.ingest.synthetic import SyntheticLogSpec, generate_requests
 from models.drift import (
     COLUMN_THRESHOLDS,
     DRIFT,
@@ -28,6 +27,7 @@ from models.drift import (
     same_time_of_day,
     write_reports,
 )
+from models.ingest.synthetic import SyntheticLogSpec, generate_requests
 
 START = pd.Timestamp("2024-03-04T00:00:00Z")
 

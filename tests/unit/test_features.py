@@ -10,8 +10,8 @@ import pytest
 from data_contracts import RequestLog
 from data_contracts.derived import read_demand, write_demand
 from data_contracts.lake import Lake
-from flows.features.demand import TOTAL_KEY, demand_keys, demand_series
-from flows.ingest.pipeline import ingest_file
+from models.features.demand import TOTAL_KEY, demand_keys, demand_series
+from models.ingest.pipeline import ingest_file
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from data_contracts import RequestLog
-from flows.ingest.detect import resolve_format
-from flows.ingest.formats import (
+from models.ingest.detect import resolve_format
+from models.ingest.formats import (
     Azure,
     FastPathMiss,
     Mooncake,
@@ -18,9 +18,9 @@ from flows.ingest.formats import (
     SourceContext,
     relative_to_epoch,
 )
-from flows.ingest.formats_generic import Generic, parse_timestamps
-from flows.ingest.pipeline import SLOW_PATH_ROWS, process_chunk
-from flows.ingest.readers import InputError, RowError, read_byte_lines
+from models.ingest.formats_generic import Generic, parse_timestamps
+from models.ingest.pipeline import SLOW_PATH_ROWS, process_chunk
+from models.ingest.readers import InputError, RowError, read_byte_lines
 
 CTX = SourceContext(source="/logs/trace.jsonl", tenant="acme")
 

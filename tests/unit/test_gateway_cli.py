@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli_common import EXIT_BAD_INPUT, CliError
-from flows.cli_gateway import gateway_command
+from flows.cli.common import EXIT_BAD_INPUT, CliError
+from flows.cli.gateway import gateway_command
 
 
 @pytest.mark.parametrize(

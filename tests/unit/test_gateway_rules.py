@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from flows.gateway.auth import KeyFileError, KeyRing, bearer
 from flows.gateway.openai_format import pieces
-from flows.gateway.runners import apply_stop, chat_parts
-from flows.gateway.schemas import ChatRequest, CompletionRequest, GatewayError, Message
-from flows.gateway.validity import (
+from models.serving.runners import apply_stop, chat_parts
+from models.serving.schemas import ChatRequest, CompletionRequest, GatewayError, Message
+from models.serving.validity import (
     Decoding,
     check_in_process,
     decoding_of,

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from flows.bench.traces import TraceError, load_request_keys
+from cache_runtime.traces import TraceError, load_request_keys
 from models.forecast.hotset import (
     DecayedFrequency,
     EwmaFrequency,

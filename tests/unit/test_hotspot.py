@@ -254,7 +254,7 @@ def request_log() -> pd.DataFrame:
 
 
 def test_build_candidates_applies_the_boost_only_when_given() -> None:
-    from flows.warmup.plan import build_candidates
+    from models.warmup.plan import build_candidates
 
     requests = request_log()
     graph = chain_graph()
@@ -273,9 +273,9 @@ def test_build_candidates_applies_the_boost_only_when_given() -> None:
 
 
 def test_the_planner_uses_the_mined_graph_only_when_asked(tmp_path: Path) -> None:
-    from flows.warmup.plan import Budgets
-    from flows.warmup.prepare import PlanOptions, successor_boost
     from models.templates.hotspot import graph_path
+    from models.warmup.plan import Budgets
+    from models.warmup.prepare import PlanOptions, successor_boost
 
     assert successor_boost(tmp_path, 0.0) == (None, None)  # the default: off, nothing to say
     follows, said = successor_boost(tmp_path, 0.5)

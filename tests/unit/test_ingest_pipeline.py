@@ -9,9 +9,9 @@ import pytest
 
 from data_contracts import QuarantineRow, RequestLog
 from data_contracts.lake import Lake
-from flows.ingest.faults import CORRUPTIONS, corrupt_jsonl
-from flows.ingest.pipeline import ingest_file
-from flows.ingest.readers import InputError
+from models.ingest.faults import CORRUPTIONS, corrupt_jsonl
+from models.ingest.pipeline import ingest_file
+from models.ingest.readers import InputError
 
 
 def test_mooncake_like_trace_is_accepted_whole(mooncake_like: Path, lake: Lake) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flows.replay.demand import DemandModel, cells, isotonic
-from flows.replay.planning import chain_min, deliverable
-from flows.replay.warming import HeatManifest
+from models.evaluation.replay.demand import DemandModel, cells, isotonic
+from models.evaluation.replay.planning import chain_min, deliverable
+from models.evaluation.replay.warming import HeatManifest
 
 
 def _requested_at(at_s: float) -> object:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flows.replay.queueing import simulate_queue
+from models.evaluation.replay.queueing import simulate_queue
 
 
 def _run(arrivals: list[float], tokens: list[int], loads: list[float] | None = None,

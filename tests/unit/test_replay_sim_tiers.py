@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cache_runtime.tiers.ssd import SSDTier
-from flows.replay.sim_tiers import SimRedisTier, SimSSDTier
+from models.evaluation.replay.sim_tiers import SimRedisTier, SimSSDTier
 
 
 class _Clock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flows.bench.runtime_bench import bench_memory, bench_redis, bench_ssd
+from models.evaluation.bench.runtime_bench import bench_memory, bench_redis, bench_ssd
 
 
 def test_memory_and_ssd_sections() -> None:
@@ -23,7 +23,7 @@ def test_redis_section(redis_url: str) -> None:
 
 @pytest.mark.integration
 def test_lookups_section(redis_url: str) -> None:
-    from flows.bench.lookup_bench import bench_lookups
+    from models.evaluation.bench.lookup_bench import bench_lookups
 
     result = bench_lookups(redis_url, lookups=50, rounds=1)
     names = ("redis_get", "redis_mget_4", "answer_from_redis", "answer_from_memory",

@@ -9,7 +9,7 @@ import pytest
 from helpers import invoke_cli
 from test_semantic import bag_of_words
 
-from flows.bench.semantic_bench import bench_semantic, rates, split_half
+from models.evaluation.bench.semantic_bench import bench_semantic, rates, split_half
 from models.templates.embeddings import DIMENSIONS, Embedder
 from models.templates.guards import guard_violations, guards_pass
 from models.templates.pairs import (

@@ -124,7 +124,7 @@ def test_a_node_spec_without_redis_ignores_the_cluster_flag_of_the_environment(
 ) -> None:
     """Warm-up tasks and gateways rebuild settings from their own spec: the environment's
     cluster flag applies to a spec's Redis URL, and a spec without one has no Redis tier."""
-    from flows.warmup.execute import node_settings
+    from cache_runtime.node_cache import node_settings
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PREHEAT_REDIS_CLUSTER", "1")

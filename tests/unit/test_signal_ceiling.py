@@ -7,7 +7,8 @@ import pytest
 
 from cache_runtime.policies import LRUPolicy
 from cache_runtime.simulator import replay
-from flows.bench.signal_ceiling import (
+from cache_runtime.traces import AccessTrace
+from models.evaluation.bench.signal_ceiling import (
     COUNT_BUCKETS,
     NEVER,
     access_classes,
@@ -17,7 +18,6 @@ from flows.bench.signal_ceiling import (
     replay_by_table,
     reuse_table,
 )
-from flows.bench.traces import AccessTrace
 
 
 def test_next_use_distances() -> None:

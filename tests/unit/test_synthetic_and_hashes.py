@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from cache_runtime.prefix_hash import chain_block_hashes, token_blocks
-from flows.ingest.synthetic import SyntheticLogSpec, generate_requests
+from models.ingest.synthetic import SyntheticLogSpec, generate_requests
 
 SPEC = SyntheticLogSpec(days=1.0, requests_per_day=6000, bursts=2, seed=11)
 

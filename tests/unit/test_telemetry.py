@@ -12,10 +12,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import ValidationError
 
-from flows import telemetry
-from flows.telemetry import TracingSettings, build_provider
-from flows.warmup.execute import WarmItem
-from flows.warmup.run import BackendSpec, NodeResources, open_job, release_resources, run_batch
+from cache_runtime import telemetry
+from cache_runtime.telemetry import TracingSettings, build_provider
+from models.warmup.execute import WarmItem
+from models.warmup.run import BackendSpec, NodeResources, open_job, release_resources, run_batch
 
 
 @pytest.fixture(autouse=True)

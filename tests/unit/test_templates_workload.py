@@ -13,7 +13,7 @@ from test_templates_mining import fake_embed
 
 from data_contracts import TemplateTable
 from data_contracts.templates import read_templates, template_frame, write_templates
-from flows.bench.templates_bench import PromptFileError, bench_templates, read_prompts
+from models.evaluation.bench.templates_bench import PromptFileError, bench_templates, read_prompts
 from models.templates.workload import SLOT, builtin_corpus, load_corpus, templated_workload
 
 STAMP = pd.Timestamp("2024-03-04T00:00:00Z")

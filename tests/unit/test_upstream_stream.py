@@ -12,10 +12,10 @@ import httpx
 import orjson
 import pytest
 
-from flows.gateway.runners import Job, UpstreamRunner
-from flows.gateway.schemas import GatewayError
-from flows.gateway.streaming import GenerationCancelled
-from flows.gateway.validity import Decoding
+from models.serving.runners import Job, UpstreamRunner
+from models.serving.schemas import GatewayError
+from models.serving.streaming import GenerationCancelled
+from models.serving.validity import Decoding
 
 
 class Listener:

@@ -13,9 +13,9 @@ import pytest
 from data_contracts import RequestLog, WarmupCandidate, WarmupPlan
 from data_contracts.dtypes import STRING
 from data_contracts.warmup import TIERS
-from flows.features.demand import demand_series
-from flows.warmup.candidates import CandidateOptions, tiny_gpt2_kv_bytes_per_token
-from flows.warmup.plan import Budgets, CostModel, build_candidates, plan_warmup
+from models.features.demand import demand_series
+from models.warmup.candidates import CandidateOptions, tiny_gpt2_kv_bytes_per_token
+from models.warmup.plan import Budgets, CostModel, build_candidates, plan_warmup
 
 AMPLE = Budgets(memory_bytes=10**9, ssd_bytes=0, redis_bytes=0, compute_s=1e6, deadline_s=1e6)
 
