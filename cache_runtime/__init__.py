@@ -1,4 +1,6 @@
 """The serving-side library: embedded in gateways, so it imports no Prefect, MLflow or Lightning.
 
-Today: settings, the embedded redis-server, the request-log producer and chained prefix hashes.
+Keys and generations, the tiers and `HybridCache`, eviction policies and the policy simulator,
+KV pages, heat scoring, settings, the embedded redis-server, the request-log stream, the node's
+cache factory, trace readers and tracing. torch is needed only by the KV-page code.
 """

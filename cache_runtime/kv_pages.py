@@ -34,14 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from cache_runtime.keys import PrefixKey
 from cache_runtime.policies import Hint
-from cache_runtime.prefix_hash import BLOCK_TOKENS, token_blocks
+from cache_runtime.prefix_hash import PAGE_TOKENS, token_blocks
 
 if TYPE_CHECKING:
     import torch
 
     from cache_runtime.hybrid import HybridCache
 
-PAGE_TOKENS = BLOCK_TOKENS
 FIRST_CHUNK_PAGES = 2  # what the caller starts on
 MAX_CHUNK_PAGES = 64  # 1,024 tokens a round trip: GPT-2 small's KV of it is 75 MB
 

@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 
 ROOT_HASH = 0
-BLOCK_TOKENS = 16
+PAGE_TOKENS = 16  # tokens in one prefix block = one KV page; a block hash covers exactly these
 
 
 def chain_block_hashes(blocks: Iterable[Sequence[int]], parent: int = ROOT_HASH) -> list[int]:
@@ -28,7 +28,7 @@ def chain_block_hashes(blocks: Iterable[Sequence[int]], parent: int = ROOT_HASH)
     return hashes
 
 
-def token_blocks(tokens: Sequence[int], block_tokens: int = BLOCK_TOKENS) -> list[Sequence[int]]:
+def token_blocks(tokens: Sequence[int], block_tokens: int = PAGE_TOKENS) -> list[Sequence[int]]:
     """Full blocks only: a trailing partial block cannot be shared, so it gets no hash."""
     full = len(tokens) - len(tokens) % block_tokens
     return [tokens[i : i + block_tokens] for i in range(0, full, block_tokens)]

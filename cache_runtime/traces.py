@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from cache_runtime.prefix_hash import BLOCK_TOKENS as PAGE_TOKENS
+from cache_runtime.prefix_hash import PAGE_TOKENS
 
 ORACLE_DTYPE = np.dtype([("time", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
 TRACE_FORMATS = ("mooncake", "lirs", "cache2k", "oracle")

@@ -1,1 +1,2 @@
-"""Prefect flows and tasks, the CLI and the demo: thin wiring over `models` and `cache_runtime`."""
+"""Wiring only: Prefect flows and tasks, deployments, the CLI (`flows/cli/`), the demo, and the
+gateway's HTTP layer, over `models` and `cache_runtime`."""

@@ -1,9 +1,13 @@
 """`preheat demo`: the whole pipeline on embedded defaults, end to end, with a summary.
 
-Today's pipeline (later stages join as they land): generate a realistic multi-tenant log, ingest
-it through the Prefect `ingest` flow, stream an hour of live traffic through Redis Streams and the
-`ingest-stream` flow, build demand features with the `features` flow, cache KV pages of the top
-templates' prompts in the hybrid cache and reuse them for new prompts, and summarise.
+The stages, in order: generate a realistic multi-tenant log, ingest it through the Prefect
+`ingest` flow, stream live traffic through Redis Streams and the `ingest-stream` flow, build
+demand features (`features` flow), train and register the forecaster and the heat simulator in
+MLflow, register the tiny demo LLM, replay the latest traffic with warm-up off and on across node
+restarts, cache KV pages of the top templates' prompts in the hybrid cache, and summarise.
+
+Wiring without a Prefect import of its own: it calls the flows (which bring Prefect) and the
+stages in `models`, and prints what each did.
 """
 
 from __future__ import annotations

@@ -1,1 +1,3 @@
-"""Lightning modules, training and evaluation code, and MLflow registry helpers (open issues)."""
+"""Everything that learns or decides: ingest, features, forecasting, templates and semantic keys,
+heat, warm-up planning and execution, the gateway's serving logic, evaluation (replay, benches),
+and the MLflow tracking and registry helpers."""

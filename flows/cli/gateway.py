@@ -133,7 +133,7 @@ def _app(settings: Any, redis_url: str | None, given: dict[str, Any]) -> Any:
     from pydantic import ValidationError
 
     from flows.gateway import GatewayConfig, create_app
-    from flows.gateway.auth import KeyFileError
+    from models.serving.auth import KeyFileError
 
     try:
         gateway_config = GatewayConfig(

@@ -37,10 +37,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cache_runtime.node_cache import EMBEDDING_MODEL_ID
 from flows.gateway import openai_format as fmt
-from flows.gateway.limits import BodyLimit
 from flows.gateway.resources import build_gateway
-from flows.gateway.service import opted_out
 from models.serving.embeddings import encoded
+from models.serving.limits import BodyLimit
 from models.serving.metrics import exposition
 from models.serving.schemas import (
     ChatRequest,
@@ -52,13 +51,14 @@ from models.serving.schemas import (
     InvalidateRequest,
     bad_request,
 )
+from models.serving.service import opted_out
 from models.serving.streaming import StreamSink
 from models.templates.embeddings import DIMENSIONS
 
 if TYPE_CHECKING:
     from flows.gateway.config import GatewayConfig
-    from flows.gateway.service import Gateway
     from models.serving.chain import Served
+    from models.serving.service import Gateway
 
 log = logging.getLogger(__name__)
 

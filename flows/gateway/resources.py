@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cache_runtime import telemetry
-from flows.gateway.auth import KeyRing
-from flows.gateway.limits import TenantSlots
-from flows.gateway.service import Gateway
+from models.serving.auth import KeyRing
 from models.serving.chain import Chain
 from models.serving.embeddings import EmbeddingService, MiniLM
+from models.serving.limits import TenantSlots
 from models.serving.metrics import GatewayMetrics
 from models.serving.runners import InProcessRunner, Runner, UpstreamRunner
 from models.serving.semantic import SemanticLayer
+from models.serving.service import Gateway
 from models.serving.signals import ForecastLoader, Signals, SignalSettings
 from models.serving.warmed import WarmupLedgers
 

@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from cache_runtime.prefix_hash import BLOCK_TOKENS
+from cache_runtime.prefix_hash import PAGE_TOKENS
 from cache_runtime.settings import Settings
 from cache_runtime.traces import trace_from_requests
 from data_contracts.lake import Lake
@@ -38,7 +38,7 @@ def run_replay_stage(lake: Lake, settings: Settings, console: Console) -> dict[s
     off = ReplayConfig(
         memory=0.05, ssd=0.2, restart_every_s=span / 4, window_s=span / 8, warmup=False
     )
-    latency = replace(REFERENCE.for_block_tokens(BLOCK_TOKENS), servers=1)
+    latency = replace(REFERENCE.for_block_tokens(PAGE_TOKENS), servers=1)
     arms, times = replay_comparison(trace, off, latency, both=True)
     summaries = {
         name: summarize(arms, name, times, replace(off, warmup=name == "on"), latency)

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from cache_runtime.prefix_hash import BLOCK_TOKENS, chain_block_hashes
+from cache_runtime.prefix_hash import PAGE_TOKENS, chain_block_hashes
 
 INSTRUCTIONS = (
     "Summarise this filing for a credit analyst:",
@@ -108,7 +108,7 @@ def generate_requests(spec: SyntheticLogSpec = SyntheticLogSpec()) -> list[dict]
     arrivals = pd.concat([base, bursts]) if len(bursts) else base
     arrivals = arrivals.sort_values("second", ignore_index=True)
     system_blocks = {
-        t: rng.integers(0, 30_000, size=(3, BLOCK_TOKENS)) for t in range(len(spec.tenants))
+        t: rng.integers(0, 30_000, size=(3, PAGE_TOKENS)) for t in range(len(spec.tenants))
     }
     records = []
     session_of: dict[int, tuple[str, float]] = {}
@@ -122,13 +122,13 @@ def generate_requests(spec: SyntheticLogSpec = SyntheticLogSpec()) -> list[dict]
         session_of[tenant * 1000 + template] = (session, second)
         key = tenant * 1000 + template
         if key not in template_hashes:
-            instruction = np.random.default_rng(key).integers(0, 30_000, size=(2, BLOCK_TOKENS))
+            instruction = np.random.default_rng(key).integers(0, 30_000, size=(2, PAGE_TOKENS))
             template_hashes[key] = chain_block_hashes([*system_blocks[tenant], *instruction])
         shared = template_hashes[key]
-        slot_blocks = rng.integers(0, 30_000, size=(int(rng.integers(1, 6)), BLOCK_TOKENS))
+        slot_blocks = rng.integers(0, 30_000, size=(int(rng.integers(1, 6)), PAGE_TOKENS))
         hashes = shared + chain_block_hashes(slot_blocks, parent=shared[-1])
         words = " ".join(rng.choice(SLOT_WORDS, size=int(rng.integers(3, 12))))
-        prompt_tokens = len(hashes) * BLOCK_TOKENS + int(rng.integers(0, BLOCK_TOKENS))
+        prompt_tokens = len(hashes) * PAGE_TOKENS + int(rng.integers(0, PAGE_TOKENS))
         records.append(
             {
                 "timestamp": (spec.start + pd.Timedelta(seconds=float(second))).isoformat(),

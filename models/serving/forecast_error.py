@@ -27,7 +27,7 @@ from collections import Counter
 
 import pandas as pd
 
-from cache_runtime.prefix_hash import BLOCK_TOKENS, chain_block_hashes
+from cache_runtime.prefix_hash import PAGE_TOKENS, chain_block_hashes
 from models.serving.windows import Clock
 
 TOTAL, OTHER = "__total__", "__other__"
@@ -37,9 +37,9 @@ _EPOCH = pd.Timestamp(0, tz="UTC")
 def first_block_hash(ids: list[int] | None) -> int | None:
     """The first of the request log's `prefix_hashes` for a prompt's tokens (what the gateway
     logs, `runners.prefix_hashes`); None without a full block."""
-    if not ids or len(ids) < BLOCK_TOKENS:
+    if not ids or len(ids) < PAGE_TOKENS:
         return None
-    return chain_block_hashes([ids[:BLOCK_TOKENS]])[0]
+    return chain_block_hashes([ids[:PAGE_TOKENS]])[0]
 
 
 def demand_key(template: str | None, first_hash: int | None, route: str) -> str:

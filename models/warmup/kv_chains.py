@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cache_runtime.prefix_hash import BLOCK_TOKENS
+from cache_runtime.prefix_hash import PAGE_TOKENS
 from data_contracts.dtypes import STRING
 from data_contracts.warmup import WARMUP_SOURCES
 
@@ -81,7 +81,7 @@ def _chains(runs: pd.DataFrame, keys: pd.MultiIndex, requests: np.ndarray) -> pd
 
 
 def _costs(blocks: pd.Series, kv_bytes_per_token: int, prefill_s_per_token: float) -> dict:
-    tokens = blocks.to_numpy(dtype="int64") * BLOCK_TOKENS
+    tokens = blocks.to_numpy(dtype="int64") * PAGE_TOKENS
     seconds = tokens * prefill_s_per_token
     return {
         "bytes": tokens * int(kv_bytes_per_token),

@@ -31,9 +31,9 @@ import numpy as np
 
 from cache_runtime.keys import PrefixKey
 from cache_runtime.policies import Hint
-from cache_runtime.traces import AccessTrace
+from cache_runtime.traces import MOONCAKE_BLOCK_TOKENS, AccessTrace
 from models.evaluation.replay.demand import DemandModel
-from models.evaluation.replay.latency import BLOCK_TOKENS, ReplayLatency
+from models.evaluation.replay.latency import ReplayLatency
 from models.evaluation.replay.node import Node, TraceClock
 from models.evaluation.replay.planning import plan_ahead, plan_warmup
 from models.evaluation.replay.queueing import QueueResult, simulate_queue
@@ -125,7 +125,7 @@ class PreparedTrace:
         parent_access = np.where(starts, -1, np.arange(n) - 1)
         parents = np.full(len(unique), -1, dtype=np.int64)
         parents[blocks] = np.where(parent_access >= 0, blocks[np.maximum(parent_access, 0)], -1)
-        tokens = np.full(len(unique), BLOCK_TOKENS, dtype=np.int64)
+        tokens = np.full(len(unique), MOONCAKE_BLOCK_TOKENS, dtype=np.int64)
         if trace.tokens is not None:
             tokens[blocks] = trace.tokens
         root_access = np.maximum.accumulate(np.where(starts, np.arange(n), 0))  # (N,)

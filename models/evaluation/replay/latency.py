@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
-BLOCK_TOKENS = 512  # Mooncake's block
+from cache_runtime.traces import MOONCAKE_BLOCK_TOKENS
+
 TokenCount = TypeVar("TokenCount", float, np.ndarray)  # ms per count: one, or element-wise
 # Prefill servers of the reference engine: data-parallel replicas of a 7-8B model, one GPU
 # each, fed by one queue. How many is a fact of the deployment (`--servers`); the default is
@@ -66,12 +67,12 @@ class ReplayLatency:
         return self if servers is None else replace(self, servers=servers)
 
     def for_block_tokens(self, block_tokens: int) -> ReplayLatency:
-        """This engine for blocks of `block_tokens` instead of `BLOCK_TOKENS` (the platform's
-        16-token pages): a load moves bytes, so it scales with the tokens; prefill is per token
-        already."""
+        """This engine for blocks of `block_tokens` instead of `MOONCAKE_BLOCK_TOKENS` (the
+        platform's 16-token pages): a load moves bytes, so it scales with the tokens; prefill is
+        per token already."""
         if block_tokens < 1:
             raise ValueError("block_tokens must be at least 1")
-        scale = block_tokens / BLOCK_TOKENS
+        scale = block_tokens / MOONCAKE_BLOCK_TOKENS
         loads = {tier: ms * scale for tier, ms in self.load_ms_per_block.items()}
         return replace(self, load_ms_per_block=loads)
 
@@ -151,25 +152,25 @@ def _prefill_ms_per_token(model_path: Path | None) -> tuple[float, int, str]:
 
     torch.set_num_threads(1)
     if model_path is None:
-        model, _ = build_tiny_gpt2(n_positions=BLOCK_TOKENS)
+        model, _ = build_tiny_gpt2(n_positions=MOONCAKE_BLOCK_TOKENS)
         name = "tiny-gpt2"
     else:
         from transformers import AutoModelForCausalLM
 
         model, name = AutoModelForCausalLM.from_pretrained(str(model_path)).eval(), model_path.name
-    tokens = torch.randint(0, model.config.vocab_size, (1, BLOCK_TOKENS))
+    tokens = torch.randint(0, model.config.vocab_size, (1, MOONCAKE_BLOCK_TOKENS))
     with torch.no_grad():
         model(tokens, logits_to_keep=1)  # warm the allocator before timing
         ms = _median_ms(lambda: model(tokens, logits_to_keep=1), repeats=5)
     config = model.config
     kv_bytes_per_token = 2 * config.num_hidden_layers * config.hidden_size * 4  # K and V, fp32
-    return ms / BLOCK_TOKENS, kv_bytes_per_token, name
+    return ms / MOONCAKE_BLOCK_TOKENS, kv_bytes_per_token, name
 
 
 def measure_latency(
     redis_client: Any | None = None,
     model_path: Path | None = None,
-    block_tokens: int = BLOCK_TOKENS,
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS,
     servers: int = REFERENCE_SERVERS,
 ) -> ReplayLatency:
     """Measure prefill and per-tier loads of one `block_tokens` block on this machine (ms);

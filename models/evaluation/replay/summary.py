@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from data_contracts.warmup import TIERS
+
 if TYPE_CHECKING:
     from models.evaluation.replay.engine import ArmResult, ReplayConfig
     from models.evaluation.replay.latency import ReplayLatency
 
-TIERS = ("memory", "ssd", "redis")
+
 PERCENTILES = (50, 95, 99)
 
 

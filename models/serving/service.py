@@ -18,9 +18,9 @@ from opentelemetry import trace
 
 from cache_runtime.generations import GenerationsUnavailable
 from cache_runtime.keys import parse_key
-from flows.gateway.auth import KeyRing, Principal, bearer
-from flows.gateway.limits import TenantSlots
+from models.serving.auth import KeyRing, Principal, bearer
 from models.serving.chain import Chain, Served
+from models.serving.limits import TenantSlots
 from models.serving.runners import Job, prefix_hashes
 from models.serving.schemas import (
     SESSION_ID,
