@@ -19,7 +19,7 @@ import numpy as np
 from cache_runtime.policies import LRUPolicy
 from cache_runtime.pool import PoolPolicy
 from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
-from cache_runtime.simulator import prefix_hits, replay, replay_with_app_hints
+from cache_runtime.simulator import AppHints, prefix_hits, replay, replay_with_app_hints
 from cache_runtime.traces import AccessTrace, unsigned_id, write_oracle
 from models.evaluation.bench.conversations import app_hints, find_conversations
 
@@ -74,21 +74,8 @@ def bench_cache(
 ) -> dict[str, Any]:
     """The JSON object of `preheat bench cache` (see the issue for its fields)."""
     unique = trace.unique
-    capacities = {fraction: round(fraction * unique) for fraction in sizes}
-    for fraction, capacity in capacities.items():  # before any replay: fail fast, whole
-        if capacity < MIN_BENCH_CAPACITY:
-            raise CacheSizeError(
-                f"size {fraction} of {unique} unique objects is {capacity} entries; "
-                f"libCacheSim's S3-FIFO needs at least {MIN_BENCH_CAPACITY} (it aborts below)"
-            )
-    result: dict[str, Any] = {
-        "trace": trace.name,
-        "requests": len(trace.request_starts),
-        "accesses": len(trace.accesses),
-        "unique": unique,
-        "infinite_hit_ratio": round(1 - unique / len(trace.accesses), 4),
-        "sizes": {},
-    }
+    capacities = _capacities(unique, sizes)
+    result = _trace_summary(trace, unique)
     app = None
     if len(trace.request_starts) < len(trace.accesses):  # requests of several blocks: prompts
         conversations = find_conversations(trace)
@@ -103,47 +90,104 @@ def bench_cache(
         write_oracle(trace, oracle)
         for fraction, capacity in capacities.items():
             row: dict[str, Any] = {"capacity": capacity}
-            started = time.perf_counter()
-            ours = replay(
-                PoolPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity
-            )
-            replay_seconds += time.perf_counter() - started
+            replay_seconds += _own_policies(row, trace, capacity, app)
             replayed += len(trace.accesses)
-            row["preheat"], row["preheat_prefix"] = _ratios(ours, trace)
-            no_hints = replay(
-                PoolPolicy(capacity=capacity),
-                trace.accesses, trace.request_starts, capacity, hints=False,
-            )  # fmt: skip
-            row["preheat_no_hints"], row["preheat_no_hints_prefix"] = _ratios(no_hints, trace)
-            if app is not None:  # the application's session, turn and "ended" hints on top
-                with_app = replay_with_app_hints(
-                    PoolPolicy(capacity=capacity),
-                    trace.accesses, trace.request_starts, capacity, app,
-                )  # fmt: skip
-                row["preheat_app_hints"], row["preheat_app_hints_prefix"] = _ratios(with_app, trace)
-            for name, policy in (("prefix_slru", PrefixSLRU()), ("prefix_arc", PrefixARC())):
-                hits = replay(policy, trace.accesses, trace.request_starts, capacity)
-                row[name], row[f"{name}_prefix"] = _ratios(hits, trace)
-            own_lru = replay(LRUPolicy(), trace.accesses, trace.request_starts, capacity)
-            row["preheat_lru"], _ = _ratios(own_lru, trace)
-            for name in (*LIBCACHESIM_POLICIES, *MORE_LIBCACHESIM_POLICIES, "Belady"):
-                if progress:
-                    progress(f"size {fraction}: {name}")
-                hits = libcachesim_hits(name, trace, capacity, oracle)
-                row[name], row[f"{name}_prefix"] = _ratios(hits, trace)
-            online = {n: row[n] for n in (*LIBCACHESIM_POLICIES, *MORE_LIBCACHESIM_POLICIES)}
-            row["best_online_policy"] = max(online, key=online.__getitem__)
-            row["best_online"] = online[row["best_online_policy"]]
-            row["best_online_prefix"] = max(row[f"{n}_prefix"] for n in online)
-            gap = row["Belady"] - row["LRU"]
-            for ours_name, gap_name in (
-                ("preheat", "gap_closed_vs_lru"),
-                ("preheat_no_hints", "gap_closed_no_hints_vs_lru"),
-                ("preheat_app_hints", "gap_closed_app_hints_vs_lru"),
-            ):
-                if ours_name in row:
-                    closed = (row[ours_name] - row["LRU"]) / gap if gap > 0 else 0.0
-                    row[gap_name] = round(closed, 4)
+            _peer_policies(row, trace, capacity, oracle, f"size {fraction}", progress)
+            _best_online(row)
+            _gaps_closed(row)
             result["sizes"][str(fraction)] = row
     result["req_per_s"] = round(replayed / replay_seconds, 1) if replay_seconds else None
     return result
+
+
+def _capacities(unique: int, sizes: list[float]) -> dict[float, int]:
+    """fraction -> capacity in objects, all checked before any replay: fail fast, whole."""
+    capacities = {fraction: round(fraction * unique) for fraction in sizes}
+    for fraction, capacity in capacities.items():
+        if capacity < MIN_BENCH_CAPACITY:
+            raise CacheSizeError(
+                f"size {fraction} of {unique} unique objects is {capacity} entries; "
+                f"libCacheSim's S3-FIFO needs at least {MIN_BENCH_CAPACITY} (it aborts below)"
+            )
+    return capacities
+
+
+def _trace_summary(trace: AccessTrace, unique: int) -> dict[str, Any]:
+    """The result's head: what the trace holds, and the hit ratio of an infinite cache."""
+    return {
+        "trace": trace.name,
+        "requests": len(trace.request_starts),
+        "accesses": len(trace.accesses),
+        "unique": unique,
+        "infinite_hit_ratio": round(1 - unique / len(trace.accesses), 4),
+        "sizes": {},
+    }
+
+
+def _own_policies(
+    row: dict[str, Any], trace: AccessTrace, capacity: int, app: AppHints | None
+) -> float:
+    """The memory tier's policies into `row`: the pool with and without hints (and with the
+    application's, when the trace has conversations), the prefix policies alone, our LRU.
+    Returns the seconds of the pool's hinted replay, the one `req_per_s` measures."""
+    started = time.perf_counter()
+    ours = replay(PoolPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity)
+    seconds = time.perf_counter() - started
+    row["preheat"], row["preheat_prefix"] = _ratios(ours, trace)
+    no_hints = replay(
+        PoolPolicy(capacity=capacity),
+        trace.accesses, trace.request_starts, capacity, hints=False,
+    )  # fmt: skip
+    row["preheat_no_hints"], row["preheat_no_hints_prefix"] = _ratios(no_hints, trace)
+    if app is not None:  # the application's session, turn and "ended" hints on top
+        with_app = replay_with_app_hints(
+            PoolPolicy(capacity=capacity),
+            trace.accesses, trace.request_starts, capacity, app,
+        )  # fmt: skip
+        row["preheat_app_hints"], row["preheat_app_hints_prefix"] = _ratios(with_app, trace)
+    for name, policy in (("prefix_slru", PrefixSLRU()), ("prefix_arc", PrefixARC())):
+        hits = replay(policy, trace.accesses, trace.request_starts, capacity)
+        row[name], row[f"{name}_prefix"] = _ratios(hits, trace)
+    own_lru = replay(LRUPolicy(), trace.accesses, trace.request_starts, capacity)
+    row["preheat_lru"], _ = _ratios(own_lru, trace)
+    return seconds
+
+
+def _peer_policies(
+    row: dict[str, Any],
+    trace: AccessTrace,
+    capacity: int,
+    oracle: Path,
+    label: str,
+    progress: Callable[[str], None] | None,
+) -> None:
+    """libCacheSim's policies into `row`, online ones first, then Belady (reading `oracle`);
+    `progress` hears `label` and each policy's name before its replay."""
+    for name in (*LIBCACHESIM_POLICIES, *MORE_LIBCACHESIM_POLICIES, "Belady"):
+        if progress:
+            progress(f"{label}: {name}")
+        hits = libcachesim_hits(name, trace, capacity, oracle)
+        row[name], row[f"{name}_prefix"] = _ratios(hits, trace)
+
+
+def _best_online(row: dict[str, Any]) -> None:
+    """The best of libCacheSim's online policies, by block hit ratio and by prefix hit ratio
+    (each its own best: the two need not be one policy)."""
+    online = {n: row[n] for n in (*LIBCACHESIM_POLICIES, *MORE_LIBCACHESIM_POLICIES)}
+    row["best_online_policy"] = max(online, key=online.__getitem__)
+    row["best_online"] = online[row["best_online_policy"]]
+    row["best_online_prefix"] = max(row[f"{n}_prefix"] for n in online)
+
+
+def _gaps_closed(row: dict[str, Any]) -> None:
+    """How much of the gap between LRU and Belady each of our pool's replays in `row` closes
+    (0 when there is no gap)."""
+    gap = row["Belady"] - row["LRU"]
+    for ours_name, gap_name in (
+        ("preheat", "gap_closed_vs_lru"),
+        ("preheat_no_hints", "gap_closed_no_hints_vs_lru"),
+        ("preheat_app_hints", "gap_closed_app_hints_vs_lru"),
+    ):
+        if ours_name in row:
+            closed = (row[ours_name] - row["LRU"]) / gap if gap > 0 else 0.0
+            row[gap_name] = round(closed, 4)
