@@ -10,9 +10,11 @@ must appear in that help text, so a renamed subcommand or flag fails here, namin
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -66,15 +68,22 @@ def documented_commands() -> list[tuple[str, str]]:
 
 
 COMMANDS = documented_commands()
+COMMENT = re.compile(r"\s+#.*$")
+IDS = [f"{where}: {COMMENT.sub('', command)}" for where, command in COMMANDS]
+
+
+@functools.cache
+def cli_tree() -> Any:
+    """The `preheat` command tree (typer's click may be its own copy: no isinstance on it)."""
+    from flows.cli import app
+
+    return typer.main.get_command(app)
 
 
 def split_command(line: str) -> tuple[list[str], list[str], list[str]]:
     """(subcommand path, flags used, leftover words after a group) of a documented line."""
-    from flows.cli import app
-
-    words = shlex.split(line, comments=True)
-    words = words[1:]  # the `preheat` executable itself
-    node = typer.main.get_command(app)  # typer's click may be its own copy: no isinstance
+    words = shlex.split(line, comments=True)[1:]  # after the `preheat` executable itself
+    node = cli_tree()
     path: list[str] = []
     rest = list(words)
     while hasattr(node, "commands") and rest and not rest[0].startswith("-"):
@@ -94,7 +103,7 @@ def test_docs_show_commands() -> None:
     assert len(COMMANDS) >= 10
 
 
-@pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[c for _, c in COMMANDS])
+@pytest.mark.parametrize(("where", "command"), COMMANDS, ids=IDS)
 def test_documented_command_parses(where: str, command: str, tmp_path: Path) -> None:
     path, flags, leftover = split_command(command)
     assert not leftover, f"{where}: `{command}`: no subcommand {leftover[0]!r}"
