@@ -24,11 +24,14 @@ forecaster always runs on the CPU: its predict path builds CPU tensors, and it i
 that a GPU would only add transfers. Rejected: keeping loaded models in the deploy process (a
 Prefect flow run ends, and its memory with it) and a symlink `current -> <version>` (a second
 truth beside the manifest, and one that MLflow's copy-by-version layout gains nothing from).
+
+The steps' parts live beside this module: `deploy_target` resolves the request (node, device,
+versions), `deploy_checks` holds the per-kind checks, `deploy_record` the MLflow record; the
+manifest and the node's files are `models.node_manifest`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -40,6 +43,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from models.deploy_checks import (
+    CHECK_PROMPT,
+    KINDS,
+    check_forecaster,
+    check_llm,
+    model_kind,
+)
+from models.deploy_record import EXPERIMENT, log_attempt, reconcile_tags
+from models.deploy_target import (
+    DeployTarget,
+    prepare_deployment,
+    registered_models,
+    resolve_device,
+    resolve_versions,
+)
 from models.node_manifest import (
     DEFAULT_MODELS,
     FORECASTER_MODEL,
@@ -55,10 +73,13 @@ from models.node_manifest import (
     write_manifest,
 )
 
-# Re-exported: the flows and tests name models and read manifests through this module too.
+# Re-exported: the flows and tests name models, targets and manifests through this module too.
 __all__ = [
+    "CHECK_PROMPT",
     "DEFAULT_MODELS",
+    "EXPERIMENT",
     "FORECASTER_MODEL",
+    "KINDS",
     "LLM_MODEL",
     "DeployOutcome",
     "DeployTarget",
@@ -78,179 +99,9 @@ __all__ = [
     "resolve_versions",
 ]  # fmt: skip
 
-EXPERIMENT = "preheat-deployments"
-CHECK_PROMPT = "Preheat deploy check: the cache is warm before the first request arrives."
-# A Preheat model's kind is the name of its pyfunc artifact (`artifacts={...}` in the
-# registries): the model says what it is, so a second LLM under another name deploys too.
-KINDS = ("llm", "forecaster")
-
 
 class DeploymentFailed(RuntimeError):
     """Some models failed their check; the running versions stayed. One line per model."""
-
-
-def resolve_device(device: str = "auto") -> str:
-    """`auto`: CUDA when torch sees it, else the CPU; an explicit CUDA device must exist.
-
-    Raises:
-        ValueError: an unknown device, or CUDA asked for where torch sees none.
-    """
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return device
-    if re.fullmatch(r"cuda(:\d+)?", device):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: torch sees no CUDA device on this node")
-        return device
-    raise ValueError(f"device {device!r}: choose auto, cpu, cuda or cuda:N")
-
-
-# -- resolving and checking -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeployTarget:
-    """Where and how to deploy, in plain values (task parameters cross processes)."""
-
-    node: str
-    data_dir: str
-    tracking_uri: str
-    artifacts_dir: str
-    device: str  # resolved: "cpu", "cuda", "cuda:N"
-    alias: str = "champion"
-
-    @property
-    def directory(self) -> Path:
-        return node_dir(self.data_dir, self.node)
-
-
-def resolve_versions(tracking_uri: str, names: Sequence[str], alias: str) -> dict[str, str]:
-    """The version `<name>@<alias>` points at now, for every name, before anything is changed.
-
-    Raises:
-        LookupError: a model or alias that does not exist (one line: model, alias, store).
-    """
-    import mlflow
-
-    from models.tracking import alias_version
-
-    sqlite_file = tracking_uri.removeprefix("sqlite:///")
-    if tracking_uri.startswith("sqlite:///") and not Path(sqlite_file).is_file():
-        # Opening it would create an empty store, and leave it behind.
-        raise LookupError(f"no {names[0]}@{alias} registered in {tracking_uri} (no store there)")
-    client = mlflow.MlflowClient(tracking_uri)
-    versions = {}
-    for name in names:
-        found = alias_version(client, name, alias)
-        if found is None:
-            raise LookupError(f"no {name}@{alias} registered in {tracking_uri}")
-        versions[name] = str(found.version)
-    return versions
-
-
-def registered_models(tracking_uri: str, names: Sequence[str], alias: str) -> list[str]:
-    """The names that have an `alias` version now (the scheduled deploy skips the others: a new
-    install has no champion yet, and that is not a failure worth a red run every 15 minutes)."""
-    present = []
-    for name in names:
-        try:
-            resolve_versions(tracking_uri, [name], alias)
-        except LookupError:
-            continue
-        present.append(name)
-    return present
-
-
-def prepare_deployment(
-    node: str | None,
-    data_dir: str | Path,
-    tracking_uri: str,
-    artifacts_dir: str | Path,
-    models: Sequence[str] = DEFAULT_MODELS,
-    alias: str = "champion",
-    device: str = "auto",
-) -> tuple[DeployTarget, dict[str, str]]:
-    """Everything that can be wrong with the request, found before any file is touched: the
-    node name, the device, and every model's version."""
-    if not models:
-        raise ValueError("no models to deploy")
-    target = DeployTarget(
-        node_name(node), str(data_dir), tracking_uri, str(artifacts_dir), resolve_device(device),
-        alias,
-    )  # fmt: skip
-    return target, resolve_versions(tracking_uri, list(models), alias)
-
-
-def _kind(model_dir: Path) -> str:
-    from mlflow.models import Model
-
-    artifacts = Model.load(model_dir).flavors.get("python_function", {}).get("artifacts") or {}
-    kinds = [key for key in artifacts if key in KINDS]
-    if len(kinds) != 1:
-        raise ValueError(f"{model_dir}: not a Preheat model (pyfunc artifacts {sorted(artifacts)})")
-    return kinds[0]
-
-
-@dataclass(frozen=True)
-class _Checked:
-    path: Path  # what the loader takes
-    model_id: str | None
-    load_seconds: float
-
-
-def _check_llm(model_dir: Path, device: str) -> _Checked:
-    """Load the LLM onto `device` and prefill a short prompt.
-
-    Finite logits are the minimum function: weights that load but compute NaN (a bad
-    fine-tune, a truncated conversion) would otherwise warm pages nobody can use.
-    """
-    import torch
-    from mlflow.models import Model
-
-    from models.llm.backends import HFBackend
-    from models.llm.registry import ARTIFACT
-
-    flavor = Model.load(model_dir).flavors["python_function"]
-    path = model_dir / flavor["artifacts"][ARTIFACT]["path"]
-    started = time.perf_counter()
-    backend = HFBackend.from_path(path, device=device)
-    loaded = time.perf_counter() - started
-    try:
-        tokens = backend.encode(CHECK_PROMPT)
-        ids = torch.tensor([tokens], device=backend.device)  # (1, T)
-        with torch.inference_mode():
-            logits = backend.model(ids, logits_to_keep=1).logits  # (1, 1, vocab)
-        if not bool(torch.isfinite(logits).all()):
-            raise ValueError(f"a {len(tokens)}-token prefill on {device} gave non-finite logits")
-        return _Checked(path, backend.model_id, loaded)
-    finally:
-        backend.close()
-        del backend
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
-
-
-def _check_forecaster(model_dir: Path, name: str) -> _Checked:
-    """Load the forecaster and forecast its own stored input example (a real slice of the
-    demand it was trained on): rows come out, and they pass the `KeyForecast` contract."""
-    import mlflow.pyfunc
-    from mlflow.models import Model
-
-    from models.forecast.registry import Champion
-
-    example = Model.load(model_dir).load_input_example(str(model_dir))
-    if example is None:
-        raise ValueError(f"{model_dir}: no input example to check the forecaster with")
-    started = time.perf_counter()
-    model = mlflow.pyfunc.load_model(str(model_dir))
-    loaded = time.perf_counter() - started
-    champion = Champion(name, "", "", model.unwrap_python_model().meta, model)
-    if champion.predict_per_key(example).empty:
-        raise ValueError("the forecaster predicted no rows for its own input example")
-    return _Checked(model_dir, None, loaded)
 
 
 # -- one model --------------------------------------------------------------------------------
@@ -286,7 +137,7 @@ def deploy_model(target: DeployTarget, name: str, version: str) -> DeployOutcome
         root = target.directory / "models" / node_name(name)
         remove_debris(target.directory, root, current.version if current else None)
         if current is not None and current.version == version:
-            _reconcile_tags(client, target.node, current)
+            reconcile_tags(client, target.node, current)
             return DeployOutcome(name, version, "unchanged", target.node, current.device)
         previous = current.version if current else None
         staged = root / f"{version}.partial"
@@ -296,15 +147,15 @@ def deploy_model(target: DeployTarget, name: str, version: str) -> DeployOutcome
             shutil.rmtree(staged, ignore_errors=True)
             reason = re.sub(r"\s+", " ", f"{type(error).__name__}: {error}").strip()[:500]
             what = (name, version, previous)
-            run_id = _log_attempt(target, client, what, {}, reason, target.device)
+            run_id = log_attempt(target, client, what, {}, reason, target.device)
             outcome = DeployOutcome(name, version, "failed", target.node, target.device)
             return replace(outcome, previous=previous, error=reason, run_id=run_id)
         staged.rename(root / version)
         write_manifest(target.directory, target.node, {**manifest, name: entry})
         if previous is not None:
             shutil.rmtree(root / previous, ignore_errors=True)
-    _reconcile_tags(client, target.node, entry)
-    run_id = _log_attempt(target, client, (name, version, previous), seconds, None, entry.device)
+    reconcile_tags(client, target.node, entry)
+    run_id = log_attempt(target, client, (name, version, previous), seconds, None, entry.device)
     outcome = DeployOutcome(name, version, "deployed", target.node, entry.device)
     return replace(outcome, previous=previous, run_id=run_id, seconds=seconds)
 
@@ -348,9 +199,9 @@ def _stage_and_check(
             f"models:/{name}/{version}", dst_path=str(staged), tracking_uri=target.tracking_uri
         )
         downloaded = time.perf_counter()
-        kind = _kind(staged)
+        kind = model_kind(staged)
         device = target.device if kind == "llm" else "cpu"  # the forecaster: see the module doc
-        checked = _check_llm(staged, device) if kind == "llm" else _check_forecaster(staged, name)
+        checked = check_llm(staged, device) if kind == "llm" else check_forecaster(staged, name)
     final = Path("models") / node_name(name) / version / checked.path.relative_to(staged)
     run_id = str(client.get_model_version(name, version).run_id)
     at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -360,59 +211,6 @@ def _stage_and_check(
         "check_seconds": time.perf_counter() - downloaded - checked.load_seconds,
     }  # fmt: skip
     return entry, seconds
-
-
-# -- the record in MLflow ---------------------------------------------------------------------
-
-
-def _reconcile_tags(client: Any, node: str, entry: Deployed) -> None:
-    """`deployed.<node>` on the running version (value: device and time), on no other.
-
-    Runs on every deploy, "unchanged" included, so a run killed between the manifest switch
-    and MLflow (or an MLflow outage then) is repaired by the next one.
-    """
-    tag = deployed_tag(node)
-    value = json.dumps({"device": entry.device, "deployed_at": entry.deployed_at})
-    for version in client.search_model_versions(f"name = '{entry.name}'"):
-        tags = version.tags or {}
-        if str(version.version) == entry.version:
-            if tags.get(tag) != value:
-                client.set_model_version_tag(entry.name, entry.version, tag, value)
-        elif tag in tags:
-            client.delete_model_version_tag(entry.name, str(version.version), tag)
-
-
-def _log_attempt(
-    target: DeployTarget,
-    client: Any,
-    what: tuple[str, str, str | None],
-    seconds: dict[str, float],
-    error: str | None,
-    device: str,
-) -> str:
-    """One run in `preheat-deployments`: node, model, version, device, the version it replaced
-    (or would have), timings; a failed check is a FAILED run whose `error` tag says why."""
-    from mlflow.entities import Metric, Param, RunTag
-
-    from models.tracking import experiment_id
-
-    name, version, previous = what
-    experiment = experiment_id(EXPERIMENT, target.tracking_uri, Path(target.artifacts_dir))
-    run = client.create_run(experiment, run_name=f"{target.node} {name} v{version}")
-    params = {
-        "node": target.node, "model": name, "version": version, "device": device,
-        "alias": target.alias, "previous_version": str(previous),
-    }  # fmt: skip
-    tags = {"outcome": "failed" if error else "deployed", **({"error": error} if error else {})}
-    stamp = int(time.time() * 1000)
-    client.log_batch(
-        run.info.run_id,
-        metrics=[Metric(k, v, stamp, 0) for k, v in seconds.items()],
-        params=[Param(k, str(v)) for k, v in params.items()],
-        tags=[RunTag(k, v) for k, v in tags.items()],
-    )
-    client.set_terminated(run.info.run_id, "FAILED" if error else "FINISHED")
-    return str(run.info.run_id)
 
 
 # -- all of them ------------------------------------------------------------------------------
