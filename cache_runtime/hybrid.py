@@ -16,17 +16,22 @@
   model) and keep hitting from every tier that still works.
 - A promoted value keeps the expiry it had in the tier it came from.
 - TTL per entry: fixed (expires `ttl_s` after the write) or renew-on-hit (each hit resets it).
+
+The seams, each in its own module: the guarded tier calls and the failures `health()` reports
+(`tier_health.py`), renew-on-hit TTLs (`ttl_renewals.py`), promotion on hit (`promotion.py`:
+two rules, one for `get`, one for `get_chain`), chain reads (`chain_reads.py`), and the
+background refill after an invalidation (`refills.py`).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from cache_runtime.chain_reads import held_run_length, read_leading_run
 from cache_runtime.generations import (
     ANSWER_KINDS,
     AnswerScope,
@@ -40,13 +45,14 @@ from cache_runtime.generations import (
 )
 from cache_runtime.keys import CacheKey, EmbeddingKey, ExactKey, PrefixKey, SemanticKey
 from cache_runtime.metrics import CacheMetrics
+from cache_runtime.promotion import Promotions
+from cache_runtime.refills import refill_answer
 from cache_runtime.sessions import TenantSessionPages
+from cache_runtime.tier_health import TierCalls
 from cache_runtime.tiers.base import Tier
+from cache_runtime.ttl_renewals import RenewOnHitTtls, TtlMode
 
-TtlMode = Literal["fixed", "renew"]
-_UNKNOWN = object()  # what a tier call that raised returns where None means something
 _KINDS = frozenset(k.kind for k in (ExactKey, EmbeddingKey, SemanticKey, PrefixKey))
-_RECENT_ERROR_S = 10.0  # a tier that failed a call this recently is reported degraded
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +77,6 @@ def _string(key: CacheKey | str | None) -> str | None:
     return key if key is None or isinstance(key, str) else key.to_string()
 
 
-def _copyable(ttl: Any) -> bool:
-    """Whether a value with `ttl` seconds left may be copied up: an unknown expiry must not
-    become "never", and an expired value is not copied."""
-    return ttl is not _UNKNOWN and (ttl is None or ttl > 0)
-
-
 class HybridCache:
     """Tiers from fastest to slowest; `write_through` names the tiers every put writes to
     (default: all). The others are filled by demotion and promotion only."""
@@ -89,11 +89,13 @@ class HybridCache:
         refill_workers: int = 2,
         generations: Generations | None = None,
         sessions: TenantSessionPages | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`generations`: where answers' counters live; by default the Redis tier's
         (`RedisTier.generations()`, shared with every process using that Redis), else this
         process's own (`LocalGenerations`: no other process can invalidate). `sessions`: what
-        each conversation read (`end_session`); a default `TenantSessionPages()` when None."""
+        each conversation read (`end_session`); a default `TenantSessionPages()` when None.
+        `clock`: when a tier's failure happened, for `health()` (tests pass a fake one)."""
         if not tiers:
             raise ValueError("a hybrid cache needs at least one tier")
         names = [t.name for t in tiers]
@@ -114,9 +116,9 @@ class HybridCache:
         last = self.tiers[-1]
         pipelines = getattr(last, "pipelines_with", None)
         self._pipelined = last if callable(pipelines) and pipelines(generations) else None
-        self._renew: dict[str, float] = {}  # keys with renew-on-hit TTL -> their TTL
-        self._last_errors: dict[str, tuple[float, str]] = {}  # tier -> (monotonic, what failed)
-        self._renew_lock = threading.Lock()
+        self._call = TierCalls(self.metrics, clock)  # every call into a tier goes through it
+        self._renew = RenewOnHitTtls()
+        self._promotions = Promotions(self.tiers, self._call, self.metrics, self._renew)
         self._refills = ThreadPoolExecutor(refill_workers, thread_name_prefix="preheat-refill")
         for upper, lower in zip(self.tiers, self.tiers[1:], strict=False):
             if hasattr(upper, "on_evict"):
@@ -179,12 +181,11 @@ class HybridCache:
                 continue
             self.metrics.lookups.labels(tier.name, kind, "miss" if raw is None else "hit").inc()
             if raw is not None and value is not None:
-                self._after_hit(text, raw, depth, _string(parent))
+                self._promotions.into_every_tier_above(text, raw, depth, _string(parent))
                 return Lookup(value, tier.name, stamp)
         if scope is not None and stamp is None:
             stamp, _ = self._read(scope)
-        with self._renew_lock:  # gone from every tier: its renew-on-hit TTL goes too
-            self._renew.pop(text, None)
+        self._renew.forget(text)  # gone from every tier: its renew-on-hit TTL goes too
         return Lookup(None, None, stamp)
 
     def _read(self, scope: AnswerScope, tier: Tier | None = None) -> tuple[Stamp | None, Any]:
@@ -195,31 +196,6 @@ class HybridCache:
             kind = key_kind(scope.key)
             self.metrics.lookups.labels("generations", kind, "unvalidated").inc()
         return stamp, value
-
-    def _after_hit(self, key: str, raw: bytes, depth: int, parent: str | None) -> None:
-        """Renew a renew-on-hit TTL; promote a copy found below the top (unchecked: it carries
-        its stamp, so a stale one can never be served from the tier it goes to)."""
-        tier = self.tiers[depth]
-        renew = self._renew_on_hit(key, depth)
-        if not depth:
-            return
-        ttl = renew if renew is not None else self._call(
-            tier, "ttl", tier.ttl_left, key, on_error=_UNKNOWN
-        )  # fmt: skip
-        if not _copyable(ttl):
-            return
-        for upper in self.tiers[:depth]:
-            if self._call(upper, "put", upper.put, key, raw, ttl_s=ttl, parent=parent):
-                self.metrics.promotions.labels(upper.name).inc()
-
-    def _renew_on_hit(self, key: str, depth: int) -> float | None:
-        """Renew `key`'s renew-on-hit TTL in the tier at `depth` that served it; the TTL, or
-        None where it has none to renew."""
-        renew = self._renewed_ttl(key)
-        if renew is not None:
-            tier = self.tiers[depth]
-            self._call(tier, "touch", tier.touch, key, renew)
-        return renew
 
     def get_chain(
         self, keys: Sequence[PrefixKey | str], parent: PrefixKey | str | None = None
@@ -237,65 +213,10 @@ class HybridCache:
         CPU from the restore: a 512-token restore on a just-restarted node took 300-560 ms
         instead of ~60 ms (`preheat bench kv`, GPT-2 small, 2 cores)."""
         texts = [str(_string(key)) for key in keys]
-        found: list[tuple[bytes, int] | None] = [None] * len(texts)
-        for depth, tier in enumerate(self.tiers):
-            ask = [i for i, hit in enumerate(found) if hit is None]
-            if not ask:
-                break
-            values = self._get_many(tier, [texts[i] for i in ask])
-            hits = 0
-            for i, value in zip(ask, values, strict=True):
-                if value is not None:
-                    found[i], hits = (value, depth), hits + 1
-            self.metrics.lookups.labels(tier.name, "prefix", "hit").inc(hits)
-            self.metrics.lookups.labels(tier.name, "prefix", "miss").inc(len(ask) - hits)
-        run = next((i for i, hit in enumerate(found) if hit is None), len(found))
-        chain = [hit for hit in found[:run] if hit is not None]
-        self._promote_chain(texts[:run], chain, [_string(parent), *texts][:run])
+        chain = read_leading_run(self.tiers, self._call, self.metrics, texts)
+        run = len(chain)
+        self._promotions.chain_into_top_tier(texts[:run], chain, [_string(parent), *texts][:run])
         return [(value, self.tiers[depth].name) for value, depth in chain]
-
-    def _get_many(self, tier: Tier, keys: list[str]) -> list[bytes | None]:
-        many = getattr(tier, "get_many", None)
-        if not callable(many):
-            return [self._call(tier, "get", tier.get, key) for key in keys]
-        values = self._call(tier, "get", many, keys)
-        return [None] * len(keys) if values is None else values
-
-    def _promote_chain(
-        self, keys: list[str], chain: list[tuple[bytes, int]], parents: list[str | None]
-    ) -> None:
-        """Renew renew-on-hit TTLs; copy the pages found below the top into the top tier, in
-        order, stopping at the first that cannot go (a later one would have no parent there)."""
-        top, ttls = self.tiers[0], self._chain_ttls(keys, chain)
-        for key, (value, depth), parent, ttl in zip(keys, chain, parents, ttls, strict=True):
-            renew = self._renew_on_hit(key, depth)
-            ttl = renew if renew is not None else ttl
-            if not depth:
-                continue
-            if not _copyable(ttl):
-                break
-            if not self._call(top, "put", top.put, key, value, ttl_s=ttl, parent=parent):
-                break
-            self.metrics.promotions.labels(top.name).inc()
-
-    def _chain_ttls(self, keys: list[str], chain: list[tuple[bytes, int]]) -> list[Any]:
-        """Seconds left of each page found below the top (`_UNKNOWN` where its tier failed),
-        with one call per tier where the tier has `ttl_left_many`; None for the top's own."""
-        ttls: list[Any] = [None] * len(keys)
-        for depth in sorted({depth for _, depth in chain} - {0}):
-            tier, where = self.tiers[depth], [i for i, hit in enumerate(chain) if hit[1] == depth]
-            many = getattr(tier, "ttl_left_many", None)
-            if callable(many):
-                found = self._call(tier, "ttl", many, [keys[i] for i in where])
-                left = [_UNKNOWN] * len(where) if found is None else found
-            else:
-                left = [
-                    self._call(tier, "ttl", tier.ttl_left, keys[i], on_error=_UNKNOWN)
-                    for i in where
-                ]
-            for i, seconds in zip(where, left, strict=True):
-                ttls[i] = seconds
-        return ttls
 
     def put(
         self,
@@ -328,11 +249,7 @@ class HybridCache:
                 self.metrics.writes.labels("all", kind, result).inc()
                 return False
             value = stamped(current, value)
-        with self._renew_lock:
-            if ttl_mode == "renew" and ttl_s is not None:
-                self._renew[text] = ttl_s
-            else:
-                self._renew.pop(text, None)
+        self._renew.record(text, ttl_s, ttl_mode)
         stored = False
         for tier in self.tiers:
             if tier.name not in self.write_through:
@@ -367,23 +284,7 @@ class HybridCache:
         self.delete(text)
         if refill is None:
             return None
-
-        def run() -> bool:
-            try:
-                stamp = self.lookup(text, template=template).generations  # before computing
-                value = refill()
-            except Exception:
-                self.metrics.refills.labels("failed").inc()
-                return False
-            if value is None:
-                self.metrics.refills.labels("empty").inc()
-                return False
-            options = {"template": template, "generations": stamp, **put_options}
-            stored = stamp is not None and self.put(text, value, **options)
-            self.metrics.refills.labels("stored" if stored else "refused").inc()
-            return stored
-
-        return self._refills.submit(run)
+        return self._refills.submit(refill_answer, self, text, refill, template, put_options)
 
     def delete(self, key: CacheKey | str) -> bool:
         """`invalidate` without a refill; whether a tier held a copy. The copies are deleted
@@ -391,8 +292,7 @@ class HybridCache:
         text = str(_string(key))
         if key_kind(text) in ANSWER_KINDS:
             self.generations.bump(("key", text))
-        with self._renew_lock:
-            self._renew.pop(text, None)
+        self._renew.forget(text)
         return any([self._call(t, "delete", t.delete, text) for t in self.tiers])
 
     def invalidate_template(self, tenant: str, template: str | None) -> None:
@@ -430,20 +330,7 @@ class HybridCache:
         """How many leading pages of a chain are cached (a page is usable only after all before
         it): one call per tier (`contains_many` where the tier has it), each tier asked only
         about the pages the tiers above lack."""
-        texts = [page.to_string() for page in pages]
-        held = [False] * len(texts)
-        for tier in self.tiers:
-            ask = [i for i, known in enumerate(held) if not known]
-            if not ask:
-                break
-            many = getattr(tier, "contains_many", None)
-            if callable(many):
-                answers = self._call(tier, "contains", many, [texts[i] for i in ask]) or []
-            else:
-                answers = [self._call(tier, "contains", tier.contains, texts[i]) for i in ask]
-            for i, answer in zip(ask, answers, strict=False):
-                held[i] = bool(answer)
-        return next((i for i, known in enumerate(held) if not known), len(held))
+        return held_run_length(self.tiers, self._call, [page.to_string() for page in pages])
 
     def cool(self, keys: Sequence[CacheKey | str]) -> int:
         """ "This conversation ended": its entries become the first to go in tiers with an
@@ -467,15 +354,13 @@ class HybridCache:
     def health(self) -> dict[str, str]:
         """Degraded components and why (empty when all is well), cheap enough for every
         health probe: the generations (answers miss while they cannot be read; a live probe)
-        and each tier that failed a call in the last `_RECENT_ERROR_S` seconds."""
+        and each tier that failed a call in the last `tier_health.RECENT_ERROR_S` seconds, on
+        the cache's `clock`."""
         problems: dict[str, str] = {}
         reason = self.generations.problem()
         if reason is not None:
             problems["generations"] = f"{reason}; answers miss until it is back"
-        now = time.monotonic()
-        for name, (when, what) in list(self._last_errors.items()):
-            if now - when <= _RECENT_ERROR_S:
-                problems[name] = f"{what} failed {now - when:.1f}s ago; served by the other tiers"
+        problems.update(self._call.recent_failures())
         for component in ("generations", *(t.name for t in self.tiers)):
             self.metrics.degraded.labels(component).set(int(component in problems))
         return problems
@@ -502,10 +387,6 @@ class HybridCache:
         for tier in self.tiers:
             self._call(tier, "close", tier.close)
 
-    def _renewed_ttl(self, key: str) -> float | None:
-        with self._renew_lock:
-            return self._renew.get(key)
-
     def _demoter(self, lower: Tier) -> Callable[[str, bytes, float | None, int | None], None]:
         def demote(key: str, value: bytes, ttl_left_s: float | None, _written: int | None) -> None:
             if ttl_left_s is not None and ttl_left_s <= 0:
@@ -514,23 +395,3 @@ class HybridCache:
                 self.metrics.demotions.labels(lower.name).inc()
 
         return demote
-
-    def _call(
-        self,
-        tier: Tier,
-        op: str,
-        action: Callable[..., Any],
-        *args: Any,
-        on_error: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        """`action(*args, **kwargs)`, or `on_error` if it raised (a miss, a refused write)."""
-        started = time.perf_counter()
-        try:
-            return action(*args, **kwargs)
-        except Exception as error:  # a tier must never fail the request: count, carry on
-            self.metrics.errors.labels(tier.name, op).inc()
-            self._last_errors[tier.name] = (time.monotonic(), f"{op} ({type(error).__name__})")
-            return on_error
-        finally:
-            self.metrics.latency.labels(tier.name, op).observe(time.perf_counter() - started)
