@@ -17,6 +17,10 @@ seeded generator (`models.ingest.synthetic`, 4 seeds x 3 days, windows of >= 200
 largest distance seen between undrifted windows was 0.38 for the rate, 0.16 / 0.22 for the
 prompt / output token lengths and 0.14 for the template mix, against thresholds of 0.5, 0.3,
 0.3 and 0.2. A 1.5x rate, a 1.25x prompt length or a reshuffled template popularity clear them.
+
+The parts: `drift_features` builds the per-request table, `drift_windows` chooses the two
+windows (and collapses rare templates); this module decides and writes the reports, and names
+them all.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pandera.typing import DataFrame
 
 from data_contracts.drift import (
     CATEGORICAL_DRIFT_COLUMNS,
@@ -35,10 +38,49 @@ from data_contracts.drift import (
     NUMERICAL_DRIFT_COLUMNS,
     DriftFeatures,
 )
+from models.drift_features import RATE_BUCKET_S, REQUEST_COLUMNS, request_features
+from models.drift_windows import (
+    OTHER_TEMPLATES,
+    TOP_TEMPLATES,
+    TrainingWindow,
+    Windows,
+    between,
+    choose_windows,
+    collapse_templates,
+    latest_window,
+    oldest_window,
+    same_time_of_day,
+)
 
-RATE_BUCKET_S = 10  # 10 s: 360 buckets an hour (1 min buckets gave 60: twice the noise)
-TOP_TEMPLATES = 10  # the reference's top templates; the rest are one category (see below)
-OTHER_TEMPLATES = "(other)"  # no slash: never equal to a `<tenant>/<template>` value
+__all__ = [
+    "COLUMN_THRESHOLDS",
+    "DEFAULT_THRESHOLD",
+    "DRIFT",
+    "INSUFFICIENT",
+    "METHODS",
+    "METHOD_NAMES",
+    "MIN_REQUESTS",
+    "NO_DRIFT",
+    "OTHER_TEMPLATES",
+    "RATE_BUCKET_S",
+    "REQUEST_COLUMNS",
+    "TOP_TEMPLATES",
+    "ColumnDrift",
+    "DriftResult",
+    "TrainingWindow",
+    "Windows",
+    "between",
+    "choose_windows",
+    "collapse_templates",
+    "detect_drift",
+    "insufficient",
+    "latest_window",
+    "oldest_window",
+    "request_features",
+    "same_time_of_day",
+    "write_reports",
+]
+
 MIN_REQUESTS = 200  # the noise floor above was measured from this window size up
 DEFAULT_THRESHOLD = 0.25  # share of drifted columns: one of the four is enough (see DriftResult)
 METHODS: dict[str, str] = {
@@ -54,180 +96,8 @@ COLUMN_THRESHOLDS: dict[str, float] = {
     "template": 0.2,
 }
 METHOD_NAMES = {"wasserstein": "Wasserstein distance (normed)", "jensenshannon": "Jensen-Shannon"}
-REQUEST_COLUMNS = ("timestamp", "tenant", "prompt_tokens", "output_tokens", "template_id")
 
 NO_DRIFT, DRIFT, INSUFFICIENT = "no-drift", "drift", "insufficient-data"
-
-
-def request_features(requests: pd.DataFrame) -> DataFrame[DriftFeatures]:
-    """One `DriftFeatures` row per request of `requests` (RequestLog columns; extra ones ignored).
-
-    The rate is attached to each request as the rate of the 10 s bucket it arrived in, so one
-    table (and one Evidently report) carries all three quantities. Weighting buckets by their
-    requests biases the rate's distribution towards busy buckets, identically in both windows,
-    so a comparison stays fair. Rejected: one row per time bucket, which would reduce token
-    lengths to per-bucket means and the template mix to nothing comparable; and a second
-    report for the rate, which would leave two dataset-drift decisions to reconcile.
-    """
-    missing = [c for c in REQUEST_COLUMNS if c not in requests.columns]
-    if missing:
-        raise ValueError(f"request_features needs {list(REQUEST_COLUMNS)}; missing: {missing}")
-    requests = requests.sort_values("timestamp", kind="stable")
-    buckets = requests["timestamp"].dt.floor(f"{RATE_BUCKET_S}s")
-    rate = requests.groupby(buckets)["timestamp"].transform("size") / RATE_BUCKET_S
-    template = requests["tenant"].astype("string") + "/"
-    template += requests["template_id"].astype("string").fillna("-")
-    features = pd.DataFrame(
-        {
-            "timestamp": requests["timestamp"],
-            "rate_rps": rate.astype(float),
-            "prompt_tokens": requests["prompt_tokens"],
-            "output_tokens": requests["output_tokens"],
-            "template": template.astype(object),
-        }
-    ).reset_index(drop=True)
-    return DriftFeatures.validate(features, lazy=True)
-
-
-# -- windows --------------------------------------------------------------------------------
-
-
-def between(features: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
-    """The rows with `start <= timestamp < end`."""
-    stamps = features["timestamp"]
-    return features[(stamps >= start) & (stamps < end)].reset_index(drop=True)
-
-
-def latest_window(features: pd.DataFrame, minutes: int) -> tuple[pd.Timestamp, pd.Timestamp]:
-    """[start, end) of the last `minutes` of `features`, ending with the last request's bucket.
-
-    Relative to the lake's last request, not to the clock: a lake replayed from an old trace
-    (the demo, the tests) has a latest window too, and a lake whose ingestion stopped shows up
-    as a stale `current_end` in the run rather than as an empty window.
-    """
-    bucket = pd.Timedelta(seconds=RATE_BUCKET_S)
-    end = features["timestamp"].max().floor(bucket) + bucket
-    return end - pd.Timedelta(minutes=minutes), end
-
-
-def oldest_window(features: pd.DataFrame, minutes: int) -> tuple[pd.Timestamp, pd.Timestamp]:
-    """[start, end) of the first `minutes` of `features`."""
-    start = features["timestamp"].min().floor(f"{RATE_BUCKET_S}s")
-    return start, start + pd.Timedelta(minutes=minutes)
-
-
-def same_time_of_day(
-    reference: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp
-) -> pd.DataFrame:
-    """The reference rows at the time of day (UTC) of the window [start, end), on every day.
-
-    Why: traffic has daily tides (the generator's peak is ~8x its trough). A 60-minute window
-    compared with a whole multi-day reference would show rate drift at every peak and trough,
-    and the check would retrain the forecaster on every tide it already models.
-    """
-    length = end - start
-    if length >= pd.Timedelta(days=1):
-        return reference
-    stamps = reference["timestamp"]
-    time_of_day = stamps - stamps.dt.floor("D")
-    low = start - start.floor("D")
-    high = low + length
-    inside = (time_of_day >= low) & (time_of_day < high)
-    if high > pd.Timedelta(days=1):  # the window crosses midnight
-        inside |= time_of_day < high - pd.Timedelta(days=1)
-    return reference[inside].reset_index(drop=True)
-
-
-def collapse_templates(
-    reference: pd.DataFrame, current: pd.DataFrame, top: int = TOP_TEMPLATES
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Both windows with every template outside the reference's `top` as `OTHER_TEMPLATES`.
-
-    A distance over all templates is mostly sampling noise: with ~120 templates and a few
-    hundred requests an hour, most templates are seen a handful of times, and the Jensen-Shannon
-    distance between two undrifted hours was 0.22 to 0.43 (0.14 at most over the top 10). A
-    template that is new or newly popular still shows, as the growth of `OTHER_TEMPLATES`.
-    """
-    counts = reference["template"].value_counts()
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))  # ties: by name
-    kept = {name for name, _ in ranked[:top]}
-
-    def collapse(frame: pd.DataFrame) -> pd.DataFrame:
-        frame = frame.copy()
-        frame["template"] = frame["template"].where(frame["template"].isin(kept), OTHER_TEMPLATES)
-        return frame
-
-    return collapse(reference), collapse(current)
-
-
-@dataclass(frozen=True)
-class TrainingWindow:
-    """[start, end) of the requests a registered forecaster was trained on."""
-
-    start: pd.Timestamp
-    end: pd.Timestamp
-    label: str  # e.g. "preheat-forecaster v3 (run 1a2b...)"
-
-
-@dataclass(frozen=True)
-class Windows:
-    """The two windows to compare, how the reference was chosen, or why nothing can be."""
-
-    reference: pd.DataFrame
-    current: pd.DataFrame
-    bounds: dict[str, str]  # reference_start/end, current_start/end as ISO strings
-    source: str  # a sentence: where the reference comes from
-    problem: str = ""  # non-empty: nothing to compare, and why
-
-
-def _iso(stamp: pd.Timestamp) -> str:
-    return stamp.isoformat()
-
-
-def choose_windows(
-    features: pd.DataFrame, minutes: int, training: TrainingWindow | None, why_none: str = ""
-) -> Windows:
-    """The current window (the last `minutes` of `features`) and its reference: the champion's
-    training window at the current window's time of day (see `same_time_of_day`), else the
-    oldest `minutes` of the lake; `why_none` says why there is no training window."""
-    empty = features.iloc[0:0]
-    if features.empty:
-        return Windows(empty, empty, {}, "", "the lake has no requests")
-    cur_start, cur_end = latest_window(features, minutes)
-    current = between(features, cur_start, cur_end)
-    reference = between(features, training.start, training.end) if training else empty
-    if training is not None and reference.empty:
-        why_none = f"{training.label}: no requests of its training window are in this lake"
-    if reference.empty:
-        ref_start, ref_end = oldest_window(features, minutes)
-        source = f"oldest {minutes} min of the lake ({why_none or 'no champion'})"
-        if ref_end > cur_start:  # a short lake: the reference stops where the current starts
-            ref_end = cur_start
-            source += f", cut to the {(ref_end - ref_start).total_seconds() / 60:.0f} min before"
-            source += " the current window"
-        if ref_end <= ref_start:
-            problem = (
-                f"the lake holds no more than one {minutes}-min window of requests: "
-                "nothing before the current window to compare it with"
-            )
-            bounds = {"current_start": _iso(cur_start), "current_end": _iso(cur_end)}
-            return Windows(empty, current, bounds, source, problem)
-        reference = between(features, ref_start, ref_end)
-    else:
-        ref_start, ref_end = training.start, training.end
-        source = f"{training.label} training window"
-        if ref_end - ref_start < pd.Timedelta(days=1):  # some times of day are missing from it
-            source += " (less than a day: all of it, not aligned to the time of day)"
-        else:
-            reference = same_time_of_day(reference, cur_start, cur_end)
-            source += (
-                f" at the current window's time of day ({cur_start:%H:%M}-{cur_end:%H:%M} UTC)"
-            )
-    bounds = {
-        "reference_start": _iso(ref_start), "reference_end": _iso(ref_end),
-        "current_start": _iso(cur_start), "current_end": _iso(cur_end),
-    }  # fmt: skip
-    return Windows(reference, current, bounds, source)
 
 
 # -- the decision ---------------------------------------------------------------------------
