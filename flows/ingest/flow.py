@@ -9,6 +9,7 @@ import redis
 from prefect import flow, task
 
 from data_contracts.lake import lake_of
+from models.ingest.inbox import expand_paths
 from models.ingest.pipeline import ingest_file
 from models.ingest.stream import DEFAULT_GROUP, StreamConsumer
 
@@ -21,27 +22,6 @@ def ingest_file_task(
     stamp = pd.Timestamp(epoch) if epoch else None
     report = ingest_file(Path(path), lake_of(data_dir), format_name, tenant, stamp)
     return report.to_dict()
-
-
-LOG_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".gz")
-
-
-def expand_paths(paths: list[str]) -> list[str]:
-    """Files as given; a directory stands for the log files in it (sorted, not recursive).
-
-    The scheduled `ingest` deployment points at an inbox directory: re-reading a file there adds
-    nothing (the lake drops rows it holds), so files are never moved or deleted by ingestion.
-    """
-    files: list[str] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            files.extend(
-                str(p) for p in sorted(path.iterdir()) if p.is_file() and p.suffix in LOG_SUFFIXES
-            )
-        else:
-            files.append(raw)
-    return files
 
 
 @flow(name="ingest")

@@ -1,6 +1,10 @@
 """Prefect flow `tune-decay`: tune the heat half-life (and the priority weight, when the window's
 requests have several priorities) on the latest window, log it to MLflow, and write both where
-the cache runtime reads them (`<data_dir>/tuning/decay.json`)."""
+the cache runtime reads them (`<data_dir>/tuning/decay.json`).
+
+Thin by design (house style): the window and the publishing are
+`models.heat.scheduled_tuning`'s, the MLflow run `models.heat.tracking`'s.
+"""
 
 from __future__ import annotations
 
@@ -9,32 +13,19 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 
-from cache_runtime.heat import DecayParams, decay_params_path
-from cache_runtime.traces import AccessTrace, TraceError, load_trace, trace_from_requests
+from cache_runtime.heat import decay_params_path
+from cache_runtime.traces import TraceError
+from models.heat.scheduled_tuning import publish_decay, tune_window
 from models.heat.tracking import log_tuning_run
-from models.heat.tuning import tune_decay
 
-
-def lake_trace(data_dir: str | Path) -> AccessTrace:
-    """The lake's requests as a trace of KV pages, with their priorities (what the scheduled
-    tuning runs on)."""
-    from data_contracts.lake import Lake
-
-    columns = ["timestamp", "prefix_hashes", "prompt_tokens", "priority"]
-    return trace_from_requests(Lake(Path(data_dir) / "lake").read("requests", columns), "lake")
+__all__ = ["decay_params_path", "tune_decay_flow", "tune_window_task"]  # the path as before
 
 
 @task(name="tune-decay-window")
 def tune_window_task(
     trace: str | None, data_dir: str, window: int, capacity: float, rounds: int, grid: int
 ) -> dict[str, Any]:
-    full = load_trace(Path(trace), "mooncake") if trace else lake_trace(data_dir)
-    loaded = full.last_requests(window)
-    entries = max(1, round(capacity * loaded.unique))
-    return tune_decay(
-        loaded.accesses, loaded.request_starts, loaded.times, entries, rounds, grid,
-        priorities=loaded.priorities,
-    )  # fmt: skip
+    return tune_window(trace, data_dir, window, capacity, rounds, grid)
 
 
 @flow(name="tune-decay")
@@ -64,12 +55,5 @@ def tune_decay_flow(
         return {"skipped": str(err)}
     source = trace or str(Path(data_dir) / "lake")
     run_id = log_tuning_run(result, mlflow_uri, Path(mlflow_artifacts), source)
-    best = result["best"]
-    path = decay_params_path(data_dir)
-    weight = best["priority_weight"]
-    if weight is None:  # not searched on this window: keep what was published
-        weight = DecayParams.load(path).priority_weight
-    DecayParams(half_life_s=best["half_life_s"], priority_weight=weight).save(
-        path, objective=best["objective"], mlflow_run_id=run_id
-    )
-    return {"run_id": run_id, "best": best, "default": result["default"]}
+    publish_decay(result, data_dir, run_id)
+    return {"run_id": run_id, "best": result["best"], "default": result["default"]}
