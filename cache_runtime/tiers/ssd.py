@@ -3,7 +3,8 @@
 Values live in a `diskcache.Cache` (small values inside its SQLite file, large ones as files,
 atomic and safe across processes; its own eviction is off). Each value is stored behind a
 16-byte BLAKE2b checksum, verified on every read: a truncated or bit-flipped value is dropped and
-counted, never served (the record format: `ssd_records.py`; the heat index: `ssd_index.py`).
+counted, never served (the record format: `ssd_records.py`; the heat index: `ssd_index.py`;
+the audit of the two stores: `ssd_audit.py`).
 
 Data and index are two stores, so no write reaches both at once. Each record carries a random
 write id that its index row carries too, and a value is served only when its row is present,
@@ -36,9 +37,10 @@ from pathlib import Path
 import diskcache
 
 from cache_runtime.heat import DEFAULT_HALF_LIFE_S, decay_rate, score
+from cache_runtime.tiers import ssd_index as index
 from cache_runtime.tiers.base import EvictionCallback, TierStats
-from cache_runtime.tiers.ssd_index import bump_heat, create_heat_index
-from cache_runtime.tiers.ssd_records import HEADER_BYTES, new_write_id, pack, unpack, write_id_of
+from cache_runtime.tiers.ssd_audit import audit
+from cache_runtime.tiers.ssd_records import head_of, new_write_id, pack, unpack, write_id_of
 
 
 class SSDTier:
@@ -75,15 +77,12 @@ class SSDTier:
         self._stats_lock = threading.Lock()
         self.on_evict: EvictionCallback | None = None
         db = self._db()
-        create_heat_index(db)
+        index.create_heat_index(db)
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(
-                self._index_path, timeout=self._lock_timeout_s, isolation_level=None
-            )
-            db.execute("PRAGMA synchronous=NORMAL")
+            db = index.connect(self._index_path, self._lock_timeout_s)
             self._local.db = db
         return db
 
@@ -102,14 +101,11 @@ class SSDTier:
             now = self._clock()
             stored = self._data.get(key, default=None, retry=True)
             db = self._db()
-            row = db.execute(
-                "SELECT heat, last, expires, present, wid FROM heat WHERE key = ?", (key,)
-            ).fetchone()
-            value, expired, row = self._served(db, key, stored, row, now)
+            value, expired, row = self._served(db, key, stored, index.lookup(db, key), now)
             if expired:
                 self._count(expirations=1, misses=1)
                 return None
-            bump_heat(db, key, row, now, self._rate)
+            index.bump_heat(db, key, row, now, self._rate)
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1, misses=1)
             return None
@@ -124,7 +120,7 @@ class SSDTier:
             now = self._clock()
             stored = [self._data.get(key, default=None, retry=True) for key in keys]
             db = self._db()
-            rows = _rows(db, keys)
+            rows = index.lookup_many(db, keys)
             values: list[bytes | None] = []
             bumps, expirations = [], 0
             for key, record in zip(keys, stored, strict=True):
@@ -136,7 +132,7 @@ class SSDTier:
             with db:
                 db.execute("BEGIN IMMEDIATE")
                 for key, row in bumps:
-                    bump_heat(db, key, row, now, self._rate)
+                    index.bump_heat(db, key, row, now, self._rate)
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1, misses=len(keys))
             return [None] * len(keys)
@@ -158,11 +154,7 @@ class SSDTier:
         value, expired = self._settle(db, key, now)
         if expired:
             return None, True, None
-        return (
-            value,
-            False,
-            db.execute("SELECT heat, last FROM heat WHERE key = ?", (key,)).fetchone(),
-        )
+        return value, False, index.heat_of(db, key)
 
     def put(
         self,
@@ -196,37 +188,47 @@ class SSDTier:
             db = self._db()
             with db:
                 db.execute("BEGIN IMMEDIATE")  # one admission decision at a time, node-wide
-                row = db.execute(
-                    "SELECT heat, last, size, present FROM heat WHERE key = ?", (key,)
-                ).fetchone()
-                candidate_heat = max((row[0] if row else 0.0) or 1.0, heat or 0.0)
-                candidate = score(candidate_heat, row[1] if row else now, self._rate)
-                freed = row[2] if row and row[3] else 0
-                if not self._make_room(
-                    db, size - freed, float("inf") if pinned else candidate, key, demotions
-                ):
-                    self._count(rejected=1)
-                    if row and row[3]:
-                        self._drop_locked(db, key)  # committed with the refusal
+                admitted = self._admit_locked(db, key, size, pinned, heat, now, demotions)
+                if admitted is None:
                     return False
                 self._data.set(key, pack(write_id, value), retry=True)
                 expires = None if ttl_s is None else now + ttl_s
-                db.execute(
-                    "INSERT INTO heat (key, heat, last, score, size, present, pinned, expires,"
-                    " wid, written) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?) ON CONFLICT(key) DO"
-                    " UPDATE SET size = excluded.size, present = 1, pinned = excluded.pinned,"
-                    " expires = excluded.expires, wid = excluded.wid, written = excluded.written",
-                    (
-                        key, candidate_heat, now, candidate, size, int(pinned), expires,
-                        write_id, time.monotonic_ns(),
-                    ),
-                )  # fmt: skip
+                entry_heat, entry_score = admitted
+                index.record_write(
+                    db, key, entry_heat, now, entry_score, size, pinned, expires, write_id
+                )
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
             return False
         finally:
             self._demote(demotions)  # after the commit: the next tier may be slow
         return True
+
+    def _admit_locked(
+        self,
+        db: sqlite3.Connection,
+        key: str,
+        size: int,
+        pinned: bool,
+        heat: float | None,
+        now: float,
+        demotions: list[tuple[str, bytes, float | None, int | None]],
+    ) -> tuple[float, float] | None:
+        """(heat, score) a put of `size` bytes enters with, once room is made for it (write
+        lock held; a pinned value outranks every entry); None, counted, when it is refused,
+        and then the key's old value is dropped with the refusal's commit."""
+        row = index.admission_of(db, key)
+        candidate_heat = max((row[0] if row else 0.0) or 1.0, heat or 0.0)
+        candidate = score(candidate_heat, row[1] if row else now, self._rate)
+        freed = row[2] if row and row[3] else 0
+        if not self._make_room(
+            db, size - freed, float("inf") if pinned else candidate, key, demotions
+        ):
+            self._count(rejected=1)
+            if row and row[3]:
+                self._drop_locked(db, key)  # committed with the refusal
+            return None
+        return candidate_heat, candidate
 
     def _demote(self, demotions: list[tuple[str, bytes, float | None, int | None]]) -> None:
         """Hand evicted values to the next tier, outside the index's write lock: the hybrid
@@ -242,12 +244,12 @@ class SSDTier:
             db = self._db()
             with db:
                 db.execute("BEGIN IMMEDIATE")  # a put elsewhere lands wholly before or after
-                present = db.execute("SELECT present FROM heat WHERE key = ?", (key,)).fetchone()
+                stored = index.is_stored(db, key)
                 self._drop_locked(db, key)
         except (OSError, sqlite3.Error, diskcache.Timeout):
             self._count(errors=1)
             return False
-        return bool(present and present[0])
+        return stored
 
     def ttl_left(self, key: str) -> float | None:
         entry = self._indexed_expiry(key)
@@ -262,15 +264,11 @@ class SSDTier:
         expires = None if ttl_s is None else now + ttl_s
         try:
             with self._db() as db:
-                changed = db.execute(
-                    "UPDATE heat SET expires = ? WHERE key = ? AND present = 1"
-                    " AND (expires IS NULL OR expires > ?)",
-                    (expires, key, now),
-                ).rowcount
+                renewed = index.renew_expiry(db, key, expires, now)
         except sqlite3.Error:
             self._count(errors=1)
             return False
-        return changed == 1
+        return renewed
 
     def contains(self, key: str) -> bool:
         """Whether a get would hit, checksum aside: the record's write id is read, not its
@@ -285,11 +283,7 @@ class SSDTier:
             stored = self._data.get(key, default=None, read=True, retry=True)
             if stored is None:
                 return False
-            if isinstance(stored, bytes):
-                head = stored[:HEADER_BYTES]
-            else:
-                with stored:
-                    head = stored.read(HEADER_BYTES)
+            head = head_of(stored)
         except (OSError, diskcache.Timeout):
             self._count(errors=1)
             return False
@@ -300,22 +294,14 @@ class SSDTier:
         """(expiry, write id) of a stored key from the index; None when absent or unreadable
         (counted)."""
         try:
-            return (
-                self._db()
-                .execute("SELECT expires, wid FROM heat WHERE key = ? AND present = 1", (key,))
-                .fetchone()
-            )
+            return index.stored_expiry(self._db(), key)
         except sqlite3.Error:
             self._count(errors=1)
             return None
 
     def stats(self) -> TierStats:
         try:
-            items, used = (
-                self._db()
-                .execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM heat WHERE present = 1")
-                .fetchone()
-            )
+            items, used = index.stored_totals(self._db())
         except sqlite3.Error:
             items, used = -1, -1
         with self._stats_lock:
@@ -323,29 +309,7 @@ class SSDTier:
 
     def check(self) -> list[str]:
         """Index and data agree, and every stored value matches its checksum."""
-        problems = [f"diskcache: {w.message}" for w in self._data.check()]
-        indexed = {
-            k: (size, write_id)
-            for k, size, write_id in self._db().execute(
-                "SELECT key, size, wid FROM heat WHERE present = 1"
-            )
-        }
-        stored = set(self._data.iterkeys())
-        problems += [f"{k}: indexed but no data" for k in sorted(indexed.keys() - stored)]
-        problems += [f"{k}: data but not indexed" for k in sorted(stored - indexed.keys())]
-        for key in sorted(indexed.keys() & stored):
-            size, write_id = indexed[key]
-            record = unpack(self._data.get(key))
-            if record is None:
-                problems.append(f"{key}: checksum mismatch")
-            elif record[0] != write_id:
-                problems.append(f"{key}: data is not of the indexed write")
-            elif len(record[1]) != size:
-                problems.append(f"{key}: size {len(record[1])} != indexed {size}")
-        used = sum(size for size, _ in indexed.values())
-        if used > self.capacity_bytes:
-            problems.append(f"over budget: {used} > {self.capacity_bytes}")
-        return problems
+        return audit(self._data, self._db(), self.capacity_bytes)
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)
@@ -363,9 +327,7 @@ class SSDTier:
         committed since the lock-free look is served, never dropped."""
         with db:
             db.execute("BEGIN IMMEDIATE")
-            row = db.execute(
-                "SELECT expires, present, wid FROM heat WHERE key = ?", (key,)
-            ).fetchone()
+            row = index.write_of(db, key)
             if row is None or not row[1]:
                 self._data.delete(key, retry=True)  # a record no row vouches for
                 return None, False
@@ -391,24 +353,9 @@ class SSDTier:
     ) -> bool:
         """Evict colder entries until `needed` more bytes fit (write lock held); the values
         worth demoting go to `demotions`, for the caller to hand on after its commit."""
-        used = db.execute("SELECT COALESCE(SUM(size), 0) FROM heat WHERE present = 1").fetchone()[0]
-        excess = used + needed - self.capacity_bytes
-        if excess <= 0:
-            return True
-        victims, freed = [], 0
-        for key, size, victim_score, expires, write_id, written in db.execute(
-            "SELECT key, size, score, expires, wid, written FROM heat"
-            " WHERE present = 1 AND pinned = 0 AND key != ? ORDER BY score",
-            (exclude,),
-        ):
-            if victim_score >= candidate:
-                return False  # only hotter entries left: the newcomer is not worth their place
-            victims.append((key, expires, write_id, written))
-            freed += size
-            if freed >= excess:
-                break
-        if freed < excess:
-            return False
+        victims = index.coldest_victims(db, self.capacity_bytes, needed, candidate, exclude)
+        if not victims:  # [] when it fits already (no victim needed), None when refused
+            return victims is not None
         now = self._clock()
         for key, expires, write_id, written in victims:
             ttl_left = None if expires is None else expires - now
@@ -429,9 +376,7 @@ class SSDTier:
         """Forget `key`'s value (its heat stays), the caller holding the write lock: index then
         data, so a crash before the commit leaves a row without its record (a miss that the
         next get clears), never a record without its row."""
-        db.execute(
-            "UPDATE heat SET present = 0, size = 0, pinned = 0, wid = NULL WHERE key = ?", (key,)
-        )
+        index.forget_value(db, key)
         self._data.delete(key, retry=True)
 
     def _discard(self, key: str) -> None:
@@ -452,17 +397,3 @@ class SSDTier:
             self._count(errors=1)
             return False
         return True
-
-
-def _rows(db: sqlite3.Connection, keys: list[str]) -> dict[str, tuple]:
-    """key -> (heat, last, expires, present, wid) of the keys indexed, in queries of at most
-    500 keys (SQLite's bound on a statement's parameters is 999 in older builds)."""
-    rows: dict[str, tuple] = {}
-    for start in range(0, len(keys), 500):
-        batch = keys[start : start + 500]
-        marks = ",".join("?" * len(batch))
-        for key, *rest in db.execute(
-            f"SELECT key, heat, last, expires, present, wid FROM heat WHERE key IN ({marks})", batch
-        ):
-            rows[key] = tuple(rest)
-    return rows

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from typing import BinaryIO
 
 CHECKSUM_BYTES = 16
 WRITE_ID = struct.Struct(">q")  # after the checksum, which covers it
@@ -47,3 +48,13 @@ def write_id_of(head: bytes) -> int | None:
     if len(head) < HEADER_BYTES:
         return None
     return WRITE_ID.unpack_from(head, CHECKSUM_BYTES)[0]
+
+
+def head_of(stored: bytes | BinaryIO) -> bytes:
+    """The first `HEADER_BYTES` of a record as diskcache reads it with `read=True`: bytes for
+    a value kept inside its SQLite file, an open file for one kept as a file (read that far
+    only, then closed)."""
+    if isinstance(stored, bytes):
+        return stored[:HEADER_BYTES]
+    with stored:
+        return stored.read(HEADER_BYTES)
