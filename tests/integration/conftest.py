@@ -3,6 +3,8 @@
 Starting a cluster (three redis-servers, the slots assigned, the gossip settled until every node
 says cluster_state:ok) is what costs; using it does not. Tests that stop their cluster, start it
 late or need nodes of their own (TLS proxies) still build one.
+
+Also the fixtures that test files split by theme share: the Redis TLS tests' throwaway PKI.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from redis_tls_pki import LOOPBACK, Pki, issue, make_ca
 
 from cache_runtime.services import RedisClusterServers
 
@@ -32,3 +35,18 @@ def redis_cluster(redis_cluster_servers: RedisClusterServers) -> RedisClusterSer
         finally:
             client.close()
     return redis_cluster_servers
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The Redis TLS tests' certificates (redis_tls_pki.py), issued afresh for each test module:
+    it takes milliseconds, and a module that rotates what its proxies present touches no other."""
+    directory = tmp_path_factory.mktemp("pki")
+    ca = make_ca(directory, "preheat-test-ca")
+    return Pki(
+        ca=ca,
+        other_ca=make_ca(directory, "some-other-ca"),
+        server=issue(ca, directory, "redis-server", ips=(LOOPBACK,)),
+        wrong_host=issue(ca, directory, "redis-elsewhere", ips=("127.0.0.2",)),
+        client=issue(ca, directory, "preheat-node"),
+    )
