@@ -22,6 +22,10 @@ ConfigOption = Annotated[
 DataDirOption = Annotated[
     Path | None, typer.Option("--data-dir", help="Override the data directory setting.")
 ]
+# The measurement commands print JSON whatever `--json` says; the flag keeps their calls uniform.
+JsonFlag = Annotated[bool, typer.Option("--json", help="Accepted for symmetry; output is JSON.")]
+SeedOption = Annotated[int, typer.Option(help="Seed of the model's training.")]
+TraceOption = Annotated[Path, typer.Option(help="Trace file.")]
 
 
 class CliError(Exception):

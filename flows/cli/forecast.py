@@ -1,13 +1,12 @@
 """`preheat bench forecast`, `preheat bench hotset` and `preheat train forecaster`.
 
-Kept apart from the CLI's root (`flows/cli/__init__.py`) so each file stays readable; the root
-registers these commands on its `bench` and `train` groups.
+Kept apart from the CLI's root (`flows/cli/__init__.py`) so each file stays readable;
+`flows.cli.bench` and `flows.cli.train` register these commands on their groups.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,13 +15,13 @@ from flows.cli.common import (
     CliError,
     ConfigOption,
     DataDirOption,
+    JsonFlag,
+    SeedOption,
+    TraceOption,
     settings_from,
     stderr,
     write_json,
 )
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Accepted for symmetry; output is JSON.")]
-SeedOption = Annotated[int, typer.Option(help="Seed of the model's training.")]
 
 
 def quiet_training() -> None:
@@ -35,7 +34,7 @@ def quiet_training() -> None:
 
 
 def bench_forecast_command(
-    trace: Annotated[Path, typer.Option(help="Trace file.")],
+    trace: TraceOption,
     format_name: Annotated[str, typer.Option("--format", help="azure|mooncake|servegen|jsonl")],
     bucket: Annotated[int, typer.Option(help="Bucket width in seconds.", min=1)],
     horizon: Annotated[int, typer.Option(help="Buckets forecast from each origin.", min=1)] = 6,
@@ -66,7 +65,7 @@ def bench_forecast_command(
 
 
 def bench_hotset_command(
-    trace: Annotated[Path, typer.Option(help="Trace file.")],
+    trace: TraceOption,
     format_name: Annotated[str, typer.Option("--format", help="mooncake")] = "mooncake",
     window: Annotated[float, typer.Option(help="Window in seconds.", min=1)] = 60.0,
     k: Annotated[int, typer.Option("--k", help="Keys predicted per window.", min=1)] = 50,
@@ -86,10 +85,6 @@ def bench_hotset_command(
     write_json(result)
 
 
-train = typer.Typer(help="Train and register the platform's models.", no_args_is_help=True)
-
-
-@train.command("forecaster")
 def train_forecaster_command(
     granularity: Annotated[
         str, typer.Option(help="Demand series to train on: 5s|3min|1h.")

@@ -11,16 +11,17 @@ from flows.cli.common import (
     CliError,
     ConfigOption,
     DataDirOption,
+    JsonFlag,
+    SeedOption,
     settings_from,
     stderr,
     write_json,
 )
-from flows.cli.forecast import JsonFlag, SeedOption, quiet_training, train
+from flows.cli.forecast import quiet_training
 
 simulate = typer.Typer(help="What-if simulations of the platform's models.", no_args_is_help=True)
 
 
-@train.command("heat-gan")
 def train_heat_gan_command(
     granularity: Annotated[str, typer.Option(help="Demand series to train on: 5s|3min|1h.")] = (
         "3min"

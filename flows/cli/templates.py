@@ -1,8 +1,7 @@
 """`preheat bench templates` and `preheat train templates`.
 
-Kept apart from the CLI's root (`flows/cli/__init__.py`) so each file stays readable; the root
-registers the bench command, and importing this module adds `templates` to the `train` group of
-`flows.cli.forecast`.
+Kept apart from the CLI's root (`flows/cli/__init__.py`) so each file stays readable;
+`flows.cli.bench` and `flows.cli.train` register these commands on their groups.
 """
 
 from __future__ import annotations
@@ -16,11 +15,12 @@ from flows.cli.common import (
     CliError,
     ConfigOption,
     DataDirOption,
+    JsonFlag,
+    SeedOption,
     settings_from,
     stderr,
     write_json,
 )
-from flows.cli.forecast import JsonFlag, SeedOption, train
 
 MethodOption = Annotated[
     str, typer.Option(help="Clustering of the constants: dbscan|hdbscan|flat|structure.")
@@ -72,7 +72,6 @@ def bench_templates_command(
     write_json(result)
 
 
-@train.command("templates")
 def train_templates_command(
     method: MethodOption = "dbscan",
     eps: EpsOption = 0.35,
