@@ -1,9 +1,9 @@
 """MLflow tracking, registry, champion gating and loading of the per-key forecaster.
 
-A fitted `PanelForecaster` is saved as a self-describing directory, wrapped as an MLflow pyfunc
-and registered as `preheat-forecaster`. The alias `champion` moves to a new version only when
-it beats the current champion on the same evaluation window and is no worse than the best
-per-key baseline there; a rejected version stays registered, tagged with the numbers.
+A fitted `PanelForecaster` is saved as a self-describing directory (`saved.py`), wrapped as an
+MLflow pyfunc and registered as `preheat-forecaster`. The alias `champion` moves to a new version
+only when it beats the current champion on the same evaluation window and is no worse than the
+best per-key baseline there; a rejected version stays registered, tagged with the numbers.
 
 The registered model is the one fitted on the train part, i.e. exactly what the gate measured.
 Rejected: refitting on every bucket after gating, because the registry would then hold a model
@@ -13,12 +13,10 @@ model only misses the evaluation window as *training* data.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import tempfile
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,8 @@ import numpy as np
 import pandas as pd
 from pandera.typing import DataFrame
 
-from data_contracts import CONTRACT_VERSION, DemandSeries, KeyForecast
-from models.forecast.attention import AttentionConfig, load_checkpoint, save_checkpoint
+from data_contracts import DemandSeries, KeyForecast
+from models.forecast.attention import AttentionConfig
 from models.forecast.gating import (
     PredictFn,
     bucket_width,
@@ -41,88 +39,42 @@ from models.forecast.gating import (
     window_mae,
 )
 from models.forecast.panel import (
-    COMBINED,
     OTHER_KEY,
     PANEL_BASELINES,
     KeyPanel,
     PanelForecaster,
 )
+from models.forecast.saved import (
+    META_FILE,
+    WEIGHTS_FILE,
+    git_commit,
+    load_panel_forecaster,
+    save_panel_forecaster,
+)
 from models.tracking import alias_version
+
+__all__ = [
+    "CHAMPION",
+    "EXPERIMENT",
+    "META_FILE",
+    "MODEL_NAME",
+    "REQUIREMENTS",
+    "WEIGHTS_FILE",
+    "Champion",
+    "ForecasterPyfunc",
+    "git_commit",
+    "load_champion",
+    "load_panel_forecaster",
+    "pip_requirements",
+    "save_panel_forecaster",
+    "to_model_input",
+    "train_and_register",
+]
 
 MODEL_NAME = "preheat-forecaster"
 EXPERIMENT = "preheat-forecaster"
 CHAMPION = "champion"
-META_FILE = "forecaster.json"
-WEIGHTS_FILE = "attention.pt"
 REQUIREMENTS = ("torch", "pytorch-lightning", "pandas", "pandera", "numpy", "pyarrow", "mlflow")
-
-
-def git_commit() -> str:
-    """HEAD of the checkout this module lives in, or "unknown" outside one."""
-    command = ["git", "rev-parse", "HEAD"]
-    try:
-        done = subprocess.run(command, cwd=Path(__file__).parent, capture_output=True, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return done.stdout.decode().strip() or "unknown"
-
-
-def save_panel_forecaster(
-    forecaster: PanelForecaster, directory: Path, top_k: int, recent: int, granularity: str
-) -> dict[str, Any]:
-    """Write `forecaster.json` (plus `attention.pt` when attention is used); returns the metadata.
-
-    top_k and recent travel with the model because they decide which rows it predicts: a
-    loader that guessed them would forecast a different partition of the traffic.
-    """
-    if not forecaster.chosen:
-        raise ValueError("fit the panel forecaster before saving it")
-    directory.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "chosen": forecaster.chosen,
-        "alpha": forecaster.alpha,
-        "val_frac": forecaster.val_frac,
-        "validation_mae": forecaster.validation_mae,
-        "weights": forecaster.weights,
-        "hedge": forecaster.hedge,
-        "fit_end": forecaster.fit_end,
-        "config": asdict(forecaster.config),
-        "top_k": top_k,
-        "recent": recent,
-        "granularity": granularity,
-        "contract_version": CONTRACT_VERSION,
-        "git_commit": git_commit(),
-    }
-    meta = json.loads(json.dumps(meta))  # tuples -> lists: what a reader (and MLmodel YAML) sees
-    (directory / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
-    if _uses_attention(meta):
-        if forecaster.module is None:
-            raise ValueError("an attention forecaster without a module cannot be saved")
-        save_checkpoint(forecaster.module, directory / WEIGHTS_FILE, meta)
-    return meta
-
-
-def _uses_attention(meta: dict[str, Any]) -> bool:
-    if meta["chosen"] == COMBINED:
-        return "attention" in meta["weights"]
-    return meta["chosen"] == "attention"
-
-
-def load_panel_forecaster(directory: Path) -> tuple[PanelForecaster, int, int, dict[str, Any]]:
-    """Rebuild a saved forecaster: (forecaster, top_k, recent, metadata)."""
-    meta = json.loads((Path(directory) / META_FILE).read_text())
-    config = AttentionConfig(**{**meta["config"], "scales": tuple(meta["config"]["scales"])})
-    module = None
-    if _uses_attention(meta):
-        module, _ = load_checkpoint(Path(directory) / WEIGHTS_FILE)
-        if module.config != config:
-            raise ValueError(f"{directory}: the weights' config differs from {META_FILE}")
-    fitted = {k: meta[k] for k in ("val_frac", "chosen", "alpha", "validation_mae")}
-    # Saved before the combination (2026-12-02): one method, no weights.
-    fitted.update({k: meta.get(k, default) for k, default in (("weights", {}), ("hedge", {}),
-                                                               ("fit_end", ""))})  # fmt: skip
-    forecaster = PanelForecaster(config=config, module=module, **fitted)
-    return forecaster, int(meta["top_k"]), int(meta["recent"]), meta
 
 
 def to_model_input(frame: pd.DataFrame) -> pd.DataFrame:
@@ -376,21 +328,12 @@ def train_and_register(
     promoted, reason = promotion_decision(
         eval_mae["candidate"], eval_mae.get("champion"), best_baseline
     )
-    params = {
-        "eval_frac": eval_frac, "eval_horizon": horizon, "eval_origins": len(origins),
-        "train_buckets": train["bucket_start"].nunique(),
-        # [start, end) of the requests it learned from: the `check-drift` flow's reference
-        "train_start": train["bucket_start"].min().isoformat(),
-        "train_end": (train["bucket_start"].max() + bucket_width(train)).isoformat(),
-        "champion_version": None if champion is None else champion.version,
-        "tail_tolerance": "max(1, 0.5 x actual) over the horizon",
-    }  # fmt: skip
-    # A real input: the train part's last few buckets (small, since it is stored with the model).
-    example = train[train["bucket_start"] > train["bucket_start"].max() - 4 * bucket_width(train)]
+    params = _run_params(train, eval_frac, horizon, len(origins), champion)
     figure = _forecast_figure(forecasts["candidate"], demand, origins)
     run_id, version = _log_run(
-        client, artifacts_dir, forecaster, (top_k, recent), params, eval_mae, figure, example
-    )
+        client, artifacts_dir, forecaster, (top_k, recent), params, eval_mae, figure,
+        _input_example(train),
+    )  # fmt: skip
     if np.isfinite(tail):
         client.log_metric(run_id, "tail_coverage", tail)
     _apply_decision(client, run_id, version, promoted, reason)
@@ -398,3 +341,29 @@ def train_and_register(
         run_id=run_id, version=version, promoted=promoted, reason=reason, eval_mae=eval_mae,
         chosen=forecaster.chosen, tail_coverage=tail,
     )  # fmt: skip
+
+
+def _run_params(
+    train: pd.DataFrame,
+    eval_frac: float,
+    horizon: int,
+    origins: int,
+    champion: Champion | None,
+) -> dict[str, Any]:
+    """The run's params beside the forecaster's own: how it was evaluated (window, horizon,
+    origins, the champion it met) and which buckets it was trained on."""
+    return {
+        "eval_frac": eval_frac, "eval_horizon": horizon, "eval_origins": origins,
+        "train_buckets": train["bucket_start"].nunique(),
+        # [start, end) of the requests it learned from: the `check-drift` flow's reference
+        "train_start": train["bucket_start"].min().isoformat(),
+        "train_end": (train["bucket_start"].max() + bucket_width(train)).isoformat(),
+        "champion_version": None if champion is None else champion.version,
+        "tail_tolerance": "max(1, 0.5 x actual) over the horizon",
+    }  # fmt: skip
+
+
+def _input_example(train: pd.DataFrame) -> pd.DataFrame:
+    """A real input: the train part's last few buckets (small, since it is stored with the
+    model)."""
+    return train[train["bucket_start"] > train["bucket_start"].max() - 4 * bucket_width(train)]
