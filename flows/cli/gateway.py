@@ -20,63 +20,82 @@ from flows.cli.common import CliError, ConfigOption, DataDirOption, settings_fro
 MB = 1_000_000
 
 
+# The options, one alias each: the command's signature stays a list of what it takes.
+KeysOption = Annotated[
+    Path | None,
+    typer.Option("--keys", help="JSON/TOML key file: keys (key -> tenant), admin_keys."),
+]
+BackendOption = Annotated[
+    str | None, typer.Option(help="hf (in-process model) or openai (upstream server).")
+]
+ModelPathOption = Annotated[
+    Path | None, typer.Option("--model-path", help="HF model directory (else the registry).")
+]
+BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help="Upstream server.")]
+ModelNameOption = Annotated[
+    str | None, typer.Option("--model-name", help="The upstream server's model name.")
+]
+ServedNameOption = Annotated[
+    str | None, typer.Option("--served-name", help="Model name clients send (default: id).")
+]
+RedisOption = Annotated[
+    bool,
+    typer.Option(
+        "--redis/--no-redis",
+        help="Use the Redis tier and the live request log (the configured URL, else an "
+        "embedded redis-server for this run).",
+    ),
+]
+MemoryMbOption = Annotated[
+    float | None, typer.Option("--memory-mb", min=0, help="Memory tier, MB.")
+]
+SsdMbOption = Annotated[float | None, typer.Option("--ssd-mb", min=0, help="SSD tier, MB.")]
+SemanticOption = Annotated[
+    bool | None,
+    typer.Option("--semantic/--no-semantic", help="Verified semantic lookups (MiniLM)."),
+]
+CalibrationOption = Annotated[
+    Path | None,
+    typer.Option("--calibration", help="Semantic threshold calibration (JSON) to use."),
+]
+TtlOption = Annotated[
+    float | None, typer.Option("--ttl-s", min=0.001, help="Expiry of stored responses.")
+]
+SloOption = Annotated[
+    float | None, typer.Option("--slo-s", min=0.001, help="Latency SLO of the SLA metrics.")
+]
+CanaryOption = Annotated[
+    float | None,
+    typer.Option("--canary-share", min=0, max=1, help="Share served cache-off (control)."),
+]
+TracingOption = Annotated[
+    str | None, typer.Option("--tracing", help="Spans to: off, console (stderr) or otlp.")
+]
+OtlpEndpointOption = Annotated[
+    str | None,
+    typer.Option("--otlp-endpoint", help="OTLP/HTTP traces URL (with --tracing otlp)."),
+]
+
+
 def gateway_command(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
-    keys: Annotated[
-        Path | None,
-        typer.Option("--keys", help="JSON/TOML key file: keys (key -> tenant), admin_keys."),
-    ] = None,
-    backend: Annotated[
-        str | None, typer.Option(help="hf (in-process model) or openai (upstream server).")
-    ] = None,
-    model_path: Annotated[
-        Path | None, typer.Option("--model-path", help="HF model directory (else the registry).")
-    ] = None,
-    base_url: Annotated[str | None, typer.Option("--base-url", help="Upstream server.")] = None,
-    model_name: Annotated[
-        str | None, typer.Option("--model-name", help="The upstream server's model name.")
-    ] = None,
-    served_name: Annotated[
-        str | None, typer.Option("--served-name", help="Model name clients send (default: id).")
-    ] = None,
-    redis: Annotated[
-        bool,
-        typer.Option(
-            "--redis/--no-redis",
-            help="Use the Redis tier and the live request log (the configured URL, else an "
-            "embedded redis-server for this run).",
-        ),
-    ] = True,
-    memory_mb: Annotated[
-        float | None, typer.Option("--memory-mb", min=0, help="Memory tier, MB.")
-    ] = None,
-    ssd_mb: Annotated[float | None, typer.Option("--ssd-mb", min=0, help="SSD tier, MB.")] = None,
-    semantic: Annotated[
-        bool | None,
-        typer.Option("--semantic/--no-semantic", help="Verified semantic lookups (MiniLM)."),
-    ] = None,
-    calibration: Annotated[
-        Path | None,
-        typer.Option("--calibration", help="Semantic threshold calibration (JSON) to use."),
-    ] = None,
-    ttl_s: Annotated[
-        float | None, typer.Option("--ttl-s", min=0.001, help="Expiry of stored responses.")
-    ] = None,
-    slo_s: Annotated[
-        float | None, typer.Option("--slo-s", min=0.001, help="Latency SLO of the SLA metrics.")
-    ] = None,
-    canary_share: Annotated[
-        float | None,
-        typer.Option("--canary-share", min=0, max=1, help="Share served cache-off (control)."),
-    ] = None,
-    tracing: Annotated[
-        str | None, typer.Option("--tracing", help="Spans to: off, console (stderr) or otlp.")
-    ] = None,
-    otlp_endpoint: Annotated[
-        str | None,
-        typer.Option("--otlp-endpoint", help="OTLP/HTTP traces URL (with --tracing otlp)."),
-    ] = None,
+    keys: KeysOption = None,
+    backend: BackendOption = None,
+    model_path: ModelPathOption = None,
+    base_url: BaseUrlOption = None,
+    model_name: ModelNameOption = None,
+    served_name: ServedNameOption = None,
+    redis: RedisOption = True,
+    memory_mb: MemoryMbOption = None,
+    ssd_mb: SsdMbOption = None,
+    semantic: SemanticOption = None,
+    calibration: CalibrationOption = None,
+    ttl_s: TtlOption = None,
+    slo_s: SloOption = None,
+    canary_share: CanaryOption = None,
+    tracing: TracingOption = None,
+    otlp_endpoint: OtlpEndpointOption = None,
     config: ConfigOption = None,
     data_dir: DataDirOption = None,
 ) -> None:

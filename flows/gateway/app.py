@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cache_runtime.node_cache import EMBEDDING_MODEL_ID
 from flows.gateway import openai_format as fmt
-from flows.gateway.resources import build_gateway
+from models.serving.assembly import build_gateway
 from models.serving.embeddings import encoded
 from models.serving.limits import BodyLimit
 from models.serving.metrics import exposition
@@ -56,8 +56,8 @@ from models.serving.streaming import StreamSink
 from models.templates.embeddings import DIMENSIONS
 
 if TYPE_CHECKING:
-    from flows.gateway.config import GatewayConfig
     from models.serving.chain import Served
+    from models.serving.config import GatewayConfig
     from models.serving.service import Gateway
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,8 @@ SESSION_HEADER = "x-preheat-session"
 def create_app(config: GatewayConfig, **inject: Any) -> FastAPI:
     """The gateway app. `inject`: parts to use instead of building them from `config`
     (`runner`, `cache`, `minilm`, `producer`, `keys`, `tracer_provider`, `forecast_loader`,
-    `rng`; see `resources.build_gateway`) — they stay the caller's to close; the rest is closed
-    when the app shuts down."""
+    `rng`; see `models.serving.assembly.build_gateway`) — they stay the caller's to close; the
+    rest is closed when the app shuts down."""
     gateway = build_gateway(config, **inject)
 
     @asynccontextmanager
@@ -100,7 +100,9 @@ def create_app(config: GatewayConfig, **inject: Any) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
 
     _generation_routes(app, gateway)
-    _other_routes(app, gateway)
+    _embedding_routes(app, gateway)
+    _model_routes(app, gateway)
+    _session_and_admin_routes(app, gateway)
     return app
 
 
@@ -250,7 +252,9 @@ def _live_stream(
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 
-def _other_routes(app: FastAPI, gateway: Gateway) -> None:
+def _embedding_routes(app: FastAPI, gateway: Gateway) -> None:
+    """`POST /v1/embeddings`: MiniLM vectors, one cache outcome per input in the header."""
+
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
         async def handle() -> tuple[Response, str]:
@@ -278,6 +282,10 @@ def _other_routes(app: FastAPI, gateway: Gateway) -> None:
 
         return await _timed(gateway, "embeddings", handle)()
 
+
+def _model_routes(app: FastAPI, gateway: Gateway) -> None:
+    """`GET /v1/models` and `GET /v1/models/{id}`: the served model and the embedding model."""
+
     def cards() -> list[dict[str, Any]]:
         return [
             {"id": name, "object": "model", "created": 0, "owned_by": "preheat"}
@@ -297,6 +305,10 @@ def _other_routes(app: FastAPI, gateway: Gateway) -> None:
                 return _json(card)
         raise GatewayError(404, f"The model `{model_id}` does not exist.", "model_not_found",
                            "model")  # fmt: skip
+
+
+def _session_and_admin_routes(app: FastAPI, gateway: Gateway) -> None:
+    """Ending a session, invalidating a key, and the node's health and metrics."""
 
     @app.post("/v1/sessions/end")
     async def end_session(request: Request) -> Response:

@@ -1,5 +1,8 @@
 """Building a `Gateway` from a `GatewayConfig`: the model, the node cache, MiniLM, the log.
 
+No FastAPI here: `flows.gateway.create_app` puts the HTTP routes in front of what
+`build_gateway` returns, and a test or a benchmark can call the service without them.
+
 Everything the caller passes in is used as given and stays the caller's to close (tests share
 one model between apps; a benchmark injects its own cache); everything built here is closed
 with the gateway. The cache is `cache_runtime.node_cache.node_cache` — the same tiers, paths and
@@ -14,6 +17,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
 
     from cache_runtime.hybrid import HybridCache
     from cache_runtime.request_stream import RequestLogProducer
-    from flows.gateway.config import GatewayConfig
+    from models.serving.config import GatewayConfig
     from models.templates.mined import MinedTemplates
 
 _T = TypeVar("_T")
@@ -129,6 +133,65 @@ def _timed(signals: Signals, what: str, load: Callable[[], _T]) -> _T:
     return result
 
 
+@dataclass
+class _Parts:
+    """What a gateway is made of, injected or opened here; `closers` close what was opened."""
+
+    runner: Runner
+    cache: HybridCache
+    minilm: MiniLM
+    templates: dict[str, MinedTemplates]
+    semantic: SemanticLayer | None
+    producer: RequestLogProducer | None
+    closers: list[Any]
+
+
+def _semantic_layer(
+    config: GatewayConfig, signals: Signals, cache: HybridCache, minilm: MiniLM
+) -> SemanticLayer:
+    """Verified semantic lookups over `cache`, MiniLM loaded and the threshold read (timed)."""
+    from models.templates.embeddings import Embedder
+
+    _timed(signals, "minilm", minilm.model)
+    threshold = _timed(signals, "calibration", lambda: _threshold(config))
+    return SemanticLayer(
+        cache, Embedder(encode=minilm.encode), threshold, config.response_ttl_s,
+        minilm.count, config.semantic_max_tokens,
+    )  # fmt: skip
+
+
+def _open_parts(
+    config: GatewayConfig, signals: Signals, runner: Runner | None, cache: HybridCache | None,
+    minilm: MiniLM | None, producer: RequestLogProducer | None,
+) -> _Parts:  # fmt: skip
+    """Open what the caller did not pass; on a failure close what was opened, then raise."""
+    closers: list[Any] = []
+    try:
+        if runner is None:
+            runner = _timed(signals, "model", lambda: open_runner(config))
+            closers.append(runner.close)
+        if cache is None:
+            cache = open_cache(config)
+            closers.append(cache.close)
+        minilm = minilm or MiniLM(config.device)
+        # every answer's template (its generation scope, and its semantic namespace): read
+        # with or without the semantic layer, as warm-up reads it
+        templates = (
+            _timed(signals, "templates", lambda: load_templates(config.data_dir))
+            if config.templates else {}
+        )  # fmt: skip
+        semantic = _semantic_layer(config, signals, cache, minilm) if config.semantic else None
+        if producer is None:
+            producer = open_producer(config)
+            if producer is not None:
+                closers.append(producer.close)
+    except BaseException:
+        for close in reversed(closers):
+            close()
+        raise
+    return _Parts(runner, cache, minilm, templates, semantic, producer, closers)
+
+
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -155,46 +218,17 @@ def build_gateway(
         tracer_provider.get_tracer("preheat.gateway") if tracer_provider is not None
         else telemetry.tracer("preheat.gateway")
     )  # fmt: skip
-    closers: list[Any] = []
-    try:
-        keys = keys or KeyRing.load(config.keys_file, config.keys, config.admin_keys)
-        if runner is None:
-            runner = _timed(signals, "model", lambda: open_runner(config))
-            closers.append(runner.close)
-        if cache is None:
-            cache = open_cache(config)
-            closers.append(cache.close)
-        minilm = minilm or MiniLM(config.device)
-        semantic = None
-        # every answer's template (its generation scope, and its semantic namespace): read
-        # with or without the semantic layer, as warm-up reads it
-        templates = (
-            _timed(signals, "templates", lambda: load_templates(config.data_dir))
-            if config.templates else {}
-        )  # fmt: skip
-        if config.semantic:
-            from models.templates.embeddings import Embedder
-
-            _timed(signals, "minilm", minilm.model)
-            threshold = _timed(signals, "calibration", lambda: _threshold(config))
-            semantic = SemanticLayer(
-                cache, Embedder(encode=minilm.encode), threshold, config.response_ttl_s,
-                minilm.count, config.semantic_max_tokens,
-            )  # fmt: skip
-        if producer is None:
-            producer = open_producer(config)
-            if producer is not None:
-                closers.append(producer.close)
-    except BaseException:
-        for close in reversed(closers):
-            close()
-        raise
+    keys = keys or KeyRing.load(config.keys_file, config.keys, config.admin_keys)
+    parts = _open_parts(config, signals, runner, cache, minilm, producer)
+    runner, cache, minilm, closers = parts.runner, parts.cache, parts.minilm, parts.closers
     signals.ledgers = WarmupLedgers(
         config.data_dir, runner.model_id, runner.tokens, signals.roi.compute_s.add
     )
     if forecast_loader is not None or config.forecast:
         signals.forecast_loader = forecast_loader or champion_forecast(config)
-    chain = Chain(runner, cache, signals, semantic, config.response_ttl_s, tracer, templates)
+    chain = Chain(
+        runner, cache, signals, parts.semantic, config.response_ttl_s, tracer, parts.templates
+    )
     embeddings = EmbeddingService(
         cache, minilm.encode, minilm.count, tracer,
         config.max_embedding_inputs, config.max_embedding_input_chars,
@@ -202,7 +236,7 @@ def build_gateway(
     slots = TenantSlots(config.tenant_concurrency, config.tenant_queue, config.retry_after_s)
     gateway = Gateway(
         keys, chain, cache, signals, config.served_model or runner.model_id,
-        config.default_max_tokens, embeddings, producer, closers, tracer, slots,
+        config.default_max_tokens, embeddings, parts.producer, closers, tracer, slots,
     )  # fmt: skip
     signals.ready(began)
     if config.refresh_s > 0:
