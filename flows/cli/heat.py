@@ -89,19 +89,23 @@ def _one_tenant(demand: Any, tenant: str | None, where: str) -> str:
     return tenant
 
 
+TenantOption = Annotated[
+    str | None,
+    typer.Option(help="Whose keys to simulate, one tenant at a time (needed when several)."),
+]
+EventOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--event",
+        help="AT:KEY:DELTA — add DELTA x the key's recent peak heat at bucket AT (0 = next).",
+    ),
+]
+
+
 @simulate.command("heat")
 def simulate_heat_command(
-    tenant: Annotated[
-        str | None,
-        typer.Option(help="Whose keys to simulate, one tenant at a time (needed when several)."),
-    ] = None,
-    event: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--event",
-            help="AT:KEY:DELTA — add DELTA x the key's recent peak heat at bucket AT (0 = next).",
-        ),
-    ] = None,
+    tenant: TenantOption = None,
+    event: EventOption = None,
     paths: Annotated[int, typer.Option(help="Sample paths per key.", min=1, max=10_000)] = 64,
     horizon: Annotated[
         int | None, typer.Option(help="Buckets ahead (default: the model's T).", min=1)
@@ -150,9 +154,13 @@ def simulate_heat_command(
     }  # fmt: skip
     if as_json:
         write_json(output)
-        return
-    summary = result.summary
-    stderr.print(f"simulated {len(panel.keys)} keys x {paths} paths with {source}")
+    else:
+        _print_simulation(result.summary, len(panel.keys), paths, source)
+
+
+def _print_simulation(summary: dict[str, Any], keys: int, paths: int, source: str) -> None:
+    """The plan's top keys without and with the events, and what entered and left it."""
+    stderr.print(f"simulated {keys} keys x {paths} paths with {source}")
     stderr.print(f"top {summary['top_k']} without events: {', '.join(summary['baseline_top'])}")
     stderr.print(
         f"top {summary['top_k']} with events:    {', '.join(summary['counterfactual_top'])}"

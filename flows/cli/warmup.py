@@ -30,6 +30,19 @@ if TYPE_CHECKING:
 MB = 1_000_000
 SHOWN_ROWS = 30
 
+ComputeOption = Annotated[
+    float, typer.Option("--compute-s", min=0, help="GPU/CPU seconds to spend warming.")
+]
+DeadlineOption = Annotated[
+    float, typer.Option("--deadline-s", min=0, help="Everything finishes within this.")
+]
+GranularityOption = Annotated[
+    str, typer.Option(help="Demand series for the forecaster and the heat fallback.")
+]
+PrefillOption = Annotated[
+    float, typer.Option("--prefill-ms-per-token", min=1e-6, help="Measured prefill cost.")
+]
+
 
 def warmup_command(
     plan_only: Annotated[
@@ -41,18 +54,10 @@ def warmup_command(
     memory_mb: Annotated[float, typer.Option("--memory-mb", min=0, help="Memory tier, MB.")] = 256,
     ssd_mb: Annotated[float, typer.Option("--ssd-mb", min=0, help="SSD tier, MB.")] = 2048,
     redis_mb: Annotated[float, typer.Option("--redis-mb", min=0, help="Redis tier, MB.")] = 0,
-    compute_s: Annotated[
-        float, typer.Option("--compute-s", min=0, help="GPU/CPU seconds to spend warming.")
-    ] = 60,
-    deadline_s: Annotated[
-        float, typer.Option("--deadline-s", min=0, help="Everything finishes within this.")
-    ] = 120,
-    granularity: Annotated[
-        str, typer.Option(help="Demand series for the forecaster and the heat fallback.")
-    ] = "3min",
-    prefill_ms_per_token: Annotated[
-        float, typer.Option("--prefill-ms-per-token", min=1e-6, help="Measured prefill cost.")
-    ] = 0.35,
+    compute_s: ComputeOption = 60,
+    deadline_s: DeadlineOption = 120,
+    granularity: GranularityOption = "3min",
+    prefill_ms_per_token: PrefillOption = 0.35,
     top_excluded: Annotated[
         int, typer.Option("--top-excluded", min=0, help="Left-out items explained.")
     ] = 20,

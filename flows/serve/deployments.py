@@ -18,7 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from cache_runtime.settings import Settings
+from cache_runtime.settings import ServeSettings, Settings
 
 ENTRYPOINTS = "flows.serve.entrypoints"
 
@@ -52,18 +52,30 @@ def deployment_specs(
     settings: Settings, root: Path, redis_url: str | None, node: str, pool: str
 ) -> list[DeploymentSpec]:
     """The coordinator's deployments with the schedules of `settings.serve`."""
-    serve = settings.serve
     data_dir = str((root / settings.data_dir).resolve())
     mlflow = {
         "mlflow_uri": absolute_sqlite(settings.mlflow_uri, root),
         "mlflow_artifacts": str((root / settings.mlflow_artifacts).resolve()),
     }
     lake = {"data_dir": data_dir}
-    warm = {
-        **lake, "mlflow_uri": mlflow["mlflow_uri"], "redis_url": redis_url, "node": node,
-        "skip_if_empty": True,
-    }  # fmt: skip
     specs = [
+        *_pipeline_specs(settings.serve, lake, mlflow),
+        *_operating_specs(settings.serve, lake, mlflow, redis_url, node, pool),
+    ]
+    if redis_url is not None:
+        specs.insert(1, DeploymentSpec(
+            "ingest_stream", "Drain the live request stream (Redis) into the lake.",
+            {**lake, "redis_url": redis_url}, interval_s=settings.serve.ingest_interval_s,
+        ))  # fmt: skip
+    return specs
+
+
+def _pipeline_specs(
+    serve: ServeSettings, lake: dict[str, Any], mlflow: dict[str, str]
+) -> list[DeploymentSpec]:
+    """From the inbox to the trained models: ingest, features, training, tuning, mining."""
+    data_dir = lake["data_dir"]
+    return [
         DeploymentSpec(
             "ingest", "Ingest the log files dropped into <data_dir>/inbox (re-reads add nothing).",
             {**lake, "paths": [str(Path(data_dir) / "inbox")]}, interval_s=serve.ingest_interval_s,
@@ -89,6 +101,20 @@ def deployment_specs(
             "mine_templates", "Mine prompt templates and register them.", {**lake, **mlflow},
             cron=serve.mine_templates_cron,
         ),
+    ]  # fmt: skip
+
+
+def _operating_specs(
+    serve: ServeSettings, lake: dict[str, Any], mlflow: dict[str, str], redis_url: str | None,
+    node: str, pool: str,
+) -> list[DeploymentSpec]:  # fmt: skip
+    """What keeps the nodes current: warm-ups (on the interval and ahead of peaks), the drift
+    watch that retrains, and the champions' deployment to each node."""
+    warm = {
+        **lake, "mlflow_uri": mlflow["mlflow_uri"], "redis_url": redis_url, "node": node,
+        "skip_if_empty": True,
+    }  # fmt: skip
+    return [
         DeploymentSpec(
             "warmup" if serve.warmup_runner == "threads" else "warmup_dask",
             "Plan a budgeted warm-up from the forecast and warm this node's cache.",
@@ -114,12 +140,6 @@ def deployment_specs(
             node_local=True,
         ),
     ]  # fmt: skip
-    if redis_url is not None:
-        specs.insert(1, DeploymentSpec(
-            "ingest_stream", "Drain the live request stream (Redis) into the lake.",
-            {**lake, "redis_url": redis_url}, interval_s=serve.ingest_interval_s,
-        ))  # fmt: skip
-    return specs
 
 
 def _schedules(spec: DeploymentSpec, timezone: str) -> list[Any]:

@@ -44,6 +44,7 @@ from models.warmup.run import (
     BackendSpec,
     Batch,
     NodeResources,
+    OpenedJob,
     WarmupIncomplete,
     WarmupJob,
     dependency_batches,
@@ -134,6 +135,27 @@ def node_limit_name(node: str | None = None) -> str:
     return "warmup-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", node or socket.gethostname())
 
 
+def execute_plan(
+    items: list[WarmItem], resources: NodeResources, limit_name: str, max_concurrency: int,
+    batch_size: int,
+) -> OpenedJob:  # fmt: skip
+    """Open the job, hold the node's slots while its batches run, release what was opened."""
+    try:
+        opened = open_job(items, resources)
+        occupy = min(max(1, max_concurrency), ensure_node_limit(limit_name, max_concurrency))
+        batches = dependency_batches(opened.items, batch_size)
+        get_run_logger().info(
+            "plan %s: %d items in %d batches for %s; %d already done; %d slots of %s",
+            opened.job.plan_id, len(opened.items), len(batches), opened.job.target,
+            sum(s in ("done", "unresolved") for s in opened.before.values()), occupy, limit_name,
+        )  # fmt: skip
+        with node_slots(limit_name, occupy):
+            submit_batches(batches, opened.job, occupy)
+    finally:
+        release_resources(resources)
+    return opened
+
+
 @task(name="plan-warmup", cache_policy=NO_CACHE)
 def plan_task(data_dir: str, mlflow_uri: str, options: PlanOptions) -> dict[str, Any]:
     """The plan's items with their texts, and the planner's summary."""
@@ -188,22 +210,11 @@ def warmup_flow(
         memory_bytes=budgets.memory_bytes,
         ssd_bytes=budgets.memory_bytes + budgets.ssd_bytes,  # write-through: memory's too
     )  # fmt: skip
-    limit_name, logger = node_limit_name(node), get_run_logger()
-    try:
-        opened = open_job(planned["items"], resources)
-        occupy = min(max(1, max_concurrency), ensure_node_limit(limit_name, max_concurrency))
-        batches = dependency_batches(opened.items, batch_size)
-        logger.info(
-            "plan %s: %d items in %d batches for %s; %d already done; %d slots of %s",
-            opened.job.plan_id, len(opened.items), len(batches), opened.job.target,
-            sum(s in ("done", "unresolved") for s in opened.before.values()), occupy, limit_name,
-        )  # fmt: skip
-        with node_slots(limit_name, occupy):
-            submit_batches(batches, opened.job, occupy)
-    finally:
-        release_resources(resources)
+    opened = execute_plan(
+        planned["items"], resources, node_limit_name(node), max_concurrency, batch_size
+    )
     summary = {**summarise_run(opened), "plan": planned["plan"]}
-    logger.info(
+    get_run_logger().info(
         "warm-up %s: %d done, %d already done, %d failed, %d unresolved in %.1f s",
         summary["plan_id"], summary["done"], summary["skipped_already_done"],
         summary["failed"], summary["unresolved"], summary["seconds"],
