@@ -142,12 +142,7 @@ def train_and_register_gan(
     realism = compare(
         {"gan": module.sample, "naive": naive.sample}, split.held_back, paths, config.seed
     )
-    gan, baseline = realism["generators"]["gan"], realism["generators"]["naive"]
-    promoted = gan["energy_score"] < baseline["energy_score"]
-    reason = (
-        f"energy score {gan['energy_score']} vs naive {baseline['energy_score']} on "
-        f"{realism['windows']} held-back windows"
-    )
+    promoted, reason = _verdict(realism)
     meta = {
         "granularity": panel.granularity, "top_k": top_k, "eval_frac": eval_frac,
         "keys": len(panel.keys), "buckets": panel.heat.shape[1],
@@ -166,16 +161,34 @@ def train_and_register_gan(
         save_gan(module, Path(tmp) / WEIGHTS_FILE, meta)
         info = _log_model(Path(tmp), module, meta)
     version = str(info.registered_model_version)
-    tags = {"promotion": "promoted" if promoted else "rejected", "promotion_reason": reason}
-    for key, value in tags.items():
-        client.set_tag(run.info.run_id, key, value)
-        client.set_model_version_tag(MODEL_NAME, version, key, value)
-    if promoted:
-        client.set_registered_model_alias(MODEL_NAME, CHAMPION, version)
+    _apply_decision(client, run.info.run_id, version, promoted, reason)
     return {
         "run_id": run.info.run_id, "version": version, "promoted": promoted, "reason": reason,
         "realism": realism, **meta,
     }  # fmt: skip
+
+
+def _verdict(realism: dict[str, Any]) -> tuple[bool, str]:
+    """(promoted, reason): the GAN is promoted only when its energy score on the held-back
+    windows beats the naive generator's."""
+    gan, baseline = realism["generators"]["gan"], realism["generators"]["naive"]
+    promoted = gan["energy_score"] < baseline["energy_score"]
+    reason = (
+        f"energy score {gan['energy_score']} vs naive {baseline['energy_score']} on "
+        f"{realism['windows']} held-back windows"
+    )
+    return promoted, reason
+
+
+def _apply_decision(client: Any, run_id: str, version: str, promoted: bool, reason: str) -> None:
+    """Tag the run and the version with the decision and its reason; move `champion` to the
+    version only when it is promoted (a rejected one stays registered, tagged)."""
+    tags = {"promotion": "promoted" if promoted else "rejected", "promotion_reason": reason}
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+        client.set_model_version_tag(MODEL_NAME, version, key, value)
+    if promoted:
+        client.set_registered_model_alias(MODEL_NAME, CHAMPION, version)
 
 
 def load_champion_gan(
