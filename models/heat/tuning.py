@@ -84,12 +84,7 @@ def evaluate(
     the objective (module docstring). `priorities`: (N,) 1..10 per access, or None. When they
     do not vary, neither the policy nor the objective sees them and the result says
     `priority_weight: None` (it had no effect)."""
-    if priorities is not None:
-        priorities = np.asarray(priorities)
-        if priorities.shape != accesses.shape:
-            raise ValueError(f"priorities must have shape {accesses.shape}")
-        if np.any((priorities < 1) | (priorities > 10)):
-            raise ValueError("priorities must be in 1..10")
+    priorities = _checked_priorities(priorities, accesses.shape)
     weighted = varies(priorities)
     hits = replay(
         HeatPolicy(half_life_s, priority_weight),
@@ -101,21 +96,10 @@ def evaluate(
         priorities=priorities if weighted else None,
     )
     usable = prefix_hits(hits, request_starts)
-    bounds = np.append(request_starts, len(accesses))
-    blocks = np.diff(bounds)  # (R,) blocks per request
-    cached = np.add.reduceat(usable.astype(np.int64), request_starts)  # (R,) usable cached blocks
-    latency = (
-        model.base_ms
-        + cached * model.load_ms_per_block
-        + (blocks - cached) * model.prefill_ms_per_block
-    )
-    no_cache = model.base_ms + blocks * model.prefill_ms_per_block
+    latency, no_cache = _request_latencies(usable, request_starts, len(accesses), model)
     if weighted:
         assert priorities is not None
-        priority = priorities[request_starts].astype(np.float64)  # (R,) each request's
-        ratio = float(priority @ latency) / float(priority @ no_cache)
-        high = priority >= model.slo_priority
-        tail, tail_free = (latency[high], no_cache[high]) if high.any() else (latency, no_cache)
+        ratio, tail, tail_free = _weighted(latency, no_cache, priorities[request_starts], model)
     else:  # equal weights cancel: the unweighted form, bit for bit as before priorities
         ratio = latency.mean() / no_cache.mean()
         tail, tail_free = latency, no_cache
@@ -134,6 +118,73 @@ def evaluate(
         "slo_p99_ms": round(slo, 2),
         "p99_requests": len(tail),
     }
+
+
+def _checked_priorities(priorities: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """`priorities` as an array of the accesses' `shape`, each in 1..10 (ValueError if not)."""
+    if priorities is not None:
+        priorities = np.asarray(priorities)
+        if priorities.shape != shape:
+            raise ValueError(f"priorities must have shape {shape}")
+        if np.any((priorities < 1) | (priorities > 10)):
+            raise ValueError("priorities must be in 1..10")
+    return priorities
+
+
+def _request_latencies(
+    usable: np.ndarray, request_starts: np.ndarray, accesses: int, model: LatencyModel
+) -> tuple[np.ndarray, np.ndarray]:
+    """(R,) modelled latency of each request with the cache (`usable`: (N,) the prefix hits)
+    and without it."""
+    bounds = np.append(request_starts, accesses)
+    blocks = np.diff(bounds)  # (R,) blocks per request
+    cached = np.add.reduceat(usable.astype(np.int64), request_starts)  # (R,) usable cached blocks
+    latency = (
+        model.base_ms
+        + cached * model.load_ms_per_block
+        + (blocks - cached) * model.prefill_ms_per_block
+    )
+    no_cache = model.base_ms + blocks * model.prefill_ms_per_block
+    return latency, no_cache
+
+
+def _weighted(
+    latency: np.ndarray, no_cache: np.ndarray, first_priorities: np.ndarray, model: LatencyModel
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """(priority-weighted latency ratio, the tail's latencies with and without the cache) when
+    priorities vary; `first_priorities`: (R,) each request's, from its first access. The tail is
+    the requests of priority >= `model.slo_priority`, or all of them when there are none."""
+    priority = first_priorities.astype(np.float64)  # (R,) each request's
+    ratio = float(priority @ latency) / float(priority @ no_cache)
+    high = priority >= model.slo_priority
+    tail, tail_free = (latency[high], no_cache[high]) if high.any() else (latency, no_cache)
+    return ratio, tail, tail_free
+
+
+class _Evaluations:
+    """`evaluate` on one window at (half-life, priority weight), memoised: the grid, the rounds
+    and the default share points."""
+
+    def __init__(
+        self,
+        accesses: np.ndarray,
+        request_starts: np.ndarray,
+        times: np.ndarray,
+        capacity: int,
+        model: LatencyModel,
+        priorities: np.ndarray | None,
+    ) -> None:
+        self._window = (accesses, request_starts, times, capacity)
+        self._model = model
+        self._priorities = priorities
+        self._cache: dict[tuple[float, float], dict[str, Any]] = {}
+
+    def __call__(self, half_life_s: float, weight: float) -> dict[str, Any]:
+        if (half_life_s, weight) not in self._cache:
+            self._cache[half_life_s, weight] = evaluate(
+                *self._window, half_life_s, self._model, self._priorities, weight
+            )
+        return self._cache[half_life_s, weight]
 
 
 def tune_decay(
@@ -158,17 +209,50 @@ def tune_decay(
     low, high = math.log10(MIN_HALF_LIFE_S), math.log10(MAX_HALF_LIFE_S)
     default = DecayParams()
     joint = varies(priorities)
-    window_priorities = priorities if joint else None
-    cache: dict[tuple[float, float], dict[str, Any]] = {}
+    run = _Evaluations(
+        accesses, request_starts, times, capacity, model, priorities if joint else None
+    )
+    rounds_out = _search(run, rounds, seed, (low, high), joint, default)
+    best = max(rounds_out, key=lambda r: r["objective"])
+    grid, weights = _grid(run, (low, high), grid_points, joint, default)
+    grid_best = max(grid, key=lambda r: r["objective"])
+    objectives = np.array([g["objective"] for g in grid])
+    return {
+        "rounds": [
+            {
+                "lambda": r["lambda"],
+                "priority_weight": r["priority_weight"],
+                "objective": r["objective"],
+            }
+            for r in rounds_out
+        ],
+        "best": best,
+        "default": run(default.half_life_s, default.priority_weight),
+        "grid_optimum": grid_best,
+        "priority_weight": best["priority_weight"],
+        "priority_weight_note": _weight_note(joint, priorities),
+        "within_2pct_of_grid": bool(
+            best["objective"] >= grid_best["objective"] - 0.02 * abs(grid_best["objective"])
+        ),
+        "objective_range_over_grid": round(float(objectives.max() - objectives.min()), 6),
+        "grid_shape": [grid_points, len(weights)],
+        "latency_model": asdict(model),
+        "capacity": capacity,
+    }
 
-    def run(half_life_s: float, weight: float) -> dict[str, Any]:
-        if (half_life_s, weight) not in cache:
-            cache[half_life_s, weight] = evaluate(
-                accesses, request_starts, times, capacity, half_life_s, model,
-                window_priorities, weight,
-            )  # fmt: skip
-        return cache[half_life_s, weight]
 
+def _search(
+    run: _Evaluations,
+    rounds: int,
+    seed: int,
+    log10_range: tuple[float, float],
+    joint: bool,
+    default: DecayParams,
+) -> list[dict[str, Any]]:
+    """The Bayesian rounds (GP + EI), the default first: each round's `evaluate` result."""
+    import optuna
+
+    low, high = log10_range
     with warnings.catch_warnings():  # GPSampler is marked experimental since optuna 3.6
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=3)
@@ -189,42 +273,34 @@ def tune_decay(
         return result["objective"]
 
     study.optimize(objective, n_trials=rounds)
-    best = max(rounds_out, key=lambda r: r["objective"])
+    return rounds_out
+
+
+def _grid(
+    run: _Evaluations,
+    log10_range: tuple[float, float],
+    grid_points: int,
+    joint: bool,
+    default: DecayParams,
+) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """(results, weights) of the dense comparison grid: `grid_points` half-lives, log-spaced,
+    times the weights (`GRID_PRIORITY_WEIGHTS` of them when searched, else the default's)."""
+    low, high = log10_range
     weights = (
         np.linspace(0.0, MAX_PRIORITY_WEIGHT, GRID_PRIORITY_WEIGHTS)
         if joint
         else np.array([default.priority_weight])
     )
     grid = [run(float(h), float(w)) for h in np.logspace(low, high, grid_points) for w in weights]
-    grid_best = max(grid, key=lambda r: r["objective"])
-    objectives = np.array([g["objective"] for g in grid])
+    return grid, weights
+
+
+def _weight_note(joint: bool, priorities: np.ndarray | None) -> str:
+    """Why the priority weight was searched, or why not."""
     if joint:
-        note = (
+        return (
             f"searched with the half-life over [0, {MAX_PRIORITY_WEIGHT}]: an access of "
             "priority p adds (p / 10) ** w heat"
         )
-    else:
-        which = "carry no priority" if priorities is None else "have the same priority"
-        note = f"not searched: the window's requests {which}, so the weight has no effect here"
-    return {
-        "rounds": [
-            {
-                "lambda": r["lambda"],
-                "priority_weight": r["priority_weight"],
-                "objective": r["objective"],
-            }
-            for r in rounds_out
-        ],
-        "best": best,
-        "default": run(default.half_life_s, default.priority_weight),
-        "grid_optimum": grid_best,
-        "priority_weight": best["priority_weight"],
-        "priority_weight_note": note,
-        "within_2pct_of_grid": bool(
-            best["objective"] >= grid_best["objective"] - 0.02 * abs(grid_best["objective"])
-        ),
-        "objective_range_over_grid": round(float(objectives.max() - objectives.min()), 6),
-        "grid_shape": [grid_points, len(weights)],
-        "latency_model": asdict(model),
-        "capacity": capacity,
-    }
+    which = "carry no priority" if priorities is None else "have the same priority"
+    return f"not searched: the window's requests {which}, so the weight has no effect here"
