@@ -3,6 +3,8 @@
 Both read their configuration from the environment at import time, so this runs first in every
 entry point (CLI, tests). Values already set by the user win (`setdefault`): a user pointing
 `PREFECT_API_URL` at their own server keeps it.
+
+Wiring without a Prefect import of its own: it has to run before Prefect is imported (above).
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ shapes (`chat.completion.chunk` with a first role delta and a last finish-reason
 `text_completion` pieces), and a usage chunk with empty `choices` when the client asked for
 `stream_options.include_usage`. The text is cut at word boundaries, so the pieces join back to
 exactly the answer a non-streamed request gets.
+
+Wiring without a FastAPI import of its own: this is the HTTP layer's wire format, the bodies and
+events the routes of `flows.gateway.app` send, in OpenAI's shapes; what an answer is (text,
+tokens, where it came from) is decided in `models.serving`.
 """
 
 from __future__ import annotations

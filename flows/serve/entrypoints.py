@@ -7,6 +7,9 @@ keep failing fast: only scheduled or triggered runs retry.
 
 Prefect retries a flow after a fixed delay; the tasks inside back off on their own (warm-up
 batches after 2 s then 10 s, ingest files after 5 s), so a failing dependency sees growing gaps.
+
+Wiring without a Prefect import of its own: the flows it imports bring Prefect; it only gives
+each the deployments' retry policy (`with_options`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ child once full), is ready when its health endpoint answers (polled, never a bli
 stopped with SIGTERM, then SIGKILL after a grace period. Children start in their own session so a
 Ctrl-C in the terminal reaches only `preheat serve`, which then stops them in order; a child that
 dies on its own is noticed by `ManagedProcess.exited`.
+
+Wiring without a Prefect import of its own: `preheat serve` runs Prefect's server and worker and
+MLflow's server as their own programs (`prefect server start`, `prefect worker start`, `mlflow
+server`), so this module builds their command lines and environments and supervises the
+children. It is orchestration, not a library: nothing but `preheat serve` (and the tests of its
+Prefect set-up) starts these processes.
 """
 
 from __future__ import annotations
