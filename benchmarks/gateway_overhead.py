@@ -76,6 +76,22 @@ def timed(call: Callable[[], Any], n: int) -> list[float]:
     return out
 
 
+def openai_client_hits(gateway_url: str, model_id: str, n: int) -> list[float]:
+    """`n` cache hits through the official `openai` client: what an application sees."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key=KEY, max_retries=0)
+    try:
+        return timed(
+            lambda: client.completions.create(
+                model=model_id, prompt=PROMPT, temperature=0, max_tokens=16
+            ),
+            n,
+        )
+    finally:
+        client.close()
+
+
 def measure(requests: int, redis_url: str | None, work: Path) -> dict[str, Any]:
     import torch
 
@@ -117,16 +133,7 @@ def measure(requests: int, redis_url: str | None, work: Path) -> dict[str, Any]:
         for _ in range(requests // 100):
             hits += timed(hit, 100)
             bares += timed(bare, 100)
-        import openai
-
-        client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key=KEY, max_retries=0)
-        through_client = timed(
-            lambda: client.completions.create(
-                model=backend.model_id, prompt=PROMPT, temperature=0, max_tokens=16
-            ),
-            max(100, requests // 4),
-        )
-        client.close()
+        through_client = openai_client_hits(gateway_url, backend.model_id, max(100, requests // 4))
     gateway_p, echo_p = percentiles(hits), percentiles(bares)
     return {
         "requests": len(hits),
