@@ -4,7 +4,8 @@ Starting a cluster (three redis-servers, the slots assigned, the gossip settled 
 says cluster_state:ok) is what costs; using it does not. Tests that stop their cluster, start it
 late or need nodes of their own (TLS proxies) still build one.
 
-Also the fixtures that test files split by theme share: the Redis TLS tests' throwaway PKI.
+Also the fixtures that test files split by theme share: the Redis TLS tests' throwaway PKI, and
+the gateway tests' model, MiniLM and gateway (gateway_fixtures.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from gateway_fixtures import backend, gw, minilm  # noqa: F401 (fixtures, for test_gateway*.py)
 from redis_tls_pki import LOOPBACK, Pki, issue, make_ca
 
 from cache_runtime.services import RedisClusterServers
