@@ -1,7 +1,7 @@
 """An upstream's SSE stream read by `UpstreamRunner`: pieces passed on as they arrive, stop
 sequences applied, a client that leaves closes the upstream's stream, and a broken stream is a
 one-line 502. (The pass-through against a real streaming server: tests/integration/
-test_gateway.py; here the streams are ones no well-behaved server sends.)"""
+test_gateway_upstream.py; here the streams are ones no well-behaved server sends.)"""
 
 from __future__ import annotations
 
