@@ -30,8 +30,11 @@ demo: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/preheat serve
 
+# Two workers, one test file each at a time: most of the suite waits on the servers its tests
+# start (Redis, Prefect, MLflow, gateways), so a second file runs meanwhile; module fixtures
+# stay within one worker.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The edit-test loop: unit tests without the `slow` and `integration` ones. CI runs `make test`.
 test-fast: $(STAMP)
