@@ -38,7 +38,7 @@ test: $(STAMP)
 
 # The edit-test loop: unit tests without the `slow` and `integration` ones. CI runs `make test`.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -m "not slow and not integration"
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests/unit -m "not slow and not integration"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
