@@ -11,7 +11,7 @@ import pytest
 from gateway_support import EMBEDDING_MODEL, Running, chat, complete, unique
 
 from flows.gateway import CACHE_HEADER
-from flows.gateway.config import DEFAULT_SEMANTIC_THRESHOLD
+from models.serving.config import DEFAULT_SEMANTIC_THRESHOLD
 from models.serving.embeddings import MiniLM
 from models.templates.guards import guards_pass
 from models.templates.semantic import normalise
