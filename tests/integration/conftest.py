@@ -5,7 +5,8 @@ says cluster_state:ok) is what costs; using it does not. Tests that stop their c
 late or need nodes of their own (TLS proxies) still build one.
 
 Also the fixtures that test files split by theme share: the Redis TLS tests' throwaway PKI, and
-the gateway tests' model, MiniLM and gateway (gateway_fixtures.py).
+the gateway tests' model, MiniLM and gateway (gateway_fixtures.py), the hybrid cache tests' three
+tiers (hybrid_cache_support.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 from gateway_fixtures import backend, gw, minilm  # noqa: F401 (fixtures, for test_gateway*.py)
+from hybrid_cache_support import three_tiers  # noqa: F401 (a fixture, for test_hybrid_cache*.py)
 from redis_tls_pki import LOOPBACK, Pki, issue, make_ca
 
 from cache_runtime.services import RedisClusterServers

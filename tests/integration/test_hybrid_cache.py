@@ -4,40 +4,20 @@ Invalidation and its races are in test_hybrid_cache_invalidation.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import FakeClock, wait_until
+from hybrid_cache_support import e, k
 from prometheus_client import generate_latest
 
 from cache_runtime.generations import GenerationsUnavailable
 from cache_runtime.hybrid import HybridCache
-from cache_runtime.keys import EmbeddingKey, ExactKey, PrefixKey
+from cache_runtime.keys import PrefixKey
 from cache_runtime.services import RedisServer
 from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
 
 pytestmark = pytest.mark.integration
-
-
-def k(prompt: str, tenant: str = "acme") -> ExactKey:
-    """An answer: stored with its generations (a few dozen bytes more than its value)."""
-    return ExactKey.of(tenant, "tiny-gpt2", prompt)
-
-
-def e(text: str, tenant: str = "acme") -> EmbeddingKey:
-    """An immutable entry, stored as given: for tests of the tiers' mechanics and byte budgets."""
-    return EmbeddingKey.of(tenant, "minilm", text)
-
-
-@pytest.fixture
-def three_tiers(tmp_path: Path, redis_url: str) -> Iterator[tuple[MemoryTier, SSDTier, RedisTier]]:
-    client = redis_client(redis_url)
-    client.flushdb()
-    tiers = (MemoryTier(1000), SSDTier(tmp_path / "ssd", 10_000), RedisTier(client))
-    yield tiers
-    for tier in tiers:
-        tier.close()
 
 
 def test_hit_below_is_promoted_into_every_tier_above(three_tiers: tuple) -> None:

@@ -1,42 +1,21 @@
 """HybridCache invalidation: answers, templates and tenants, background refills, and the races
 an invalidation must win (a lookup in flight, a write landing after it, a slower refill).
 
-Split from test_hybrid_cache.py, whose key helpers and three-tier fixture these repeat."""
+Split from test_hybrid_cache.py; the key helpers and the three-tier fixture are in
+hybrid_cache_support.py."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from helpers import wait_until
+from hybrid_cache_support import e, k
 
 from cache_runtime.hybrid import HybridCache
-from cache_runtime.keys import EmbeddingKey, ExactKey
-from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
+from cache_runtime.tiers import MemoryTier
 
 pytestmark = pytest.mark.integration
-
-
-def k(prompt: str, tenant: str = "acme") -> ExactKey:
-    """An answer: stored with its generations (a few dozen bytes more than its value)."""
-    return ExactKey.of(tenant, "tiny-gpt2", prompt)
-
-
-def e(text: str, tenant: str = "acme") -> EmbeddingKey:
-    """An immutable entry, stored as given: what an invalidation of answers must leave alone."""
-    return EmbeddingKey.of(tenant, "minilm", text)
-
-
-@pytest.fixture
-def three_tiers(tmp_path: Path, redis_url: str) -> Iterator[tuple[MemoryTier, SSDTier, RedisTier]]:
-    client = redis_client(redis_url)
-    client.flushdb()
-    tiers = (MemoryTier(1000), SSDTier(tmp_path / "ssd", 10_000), RedisTier(client))
-    yield tiers
-    for tier in tiers:
-        tier.close()
 
 
 def test_invalidate_then_refill_in_background(three_tiers: tuple) -> None:
