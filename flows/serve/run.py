@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from cache_runtime.child_process import ManagedProcess, ServiceStartError, http_ok
 from cache_runtime.settings import Settings
 from flows.serve.deployments import (
     absolute_sqlite,
@@ -33,14 +34,7 @@ from flows.serve.deployments import (
     describe_deployments,
     register,
 )
-from flows.serve.processes import (
-    ManagedProcess,
-    ServiceStartError,
-    http_ok,
-    mlflow_ui,
-    prefect_server,
-    prefect_worker,
-)
+from flows.serve.processes import mlflow_ui, prefect_server, prefect_worker
 
 
 class ServeError(RuntimeError):

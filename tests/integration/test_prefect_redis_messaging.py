@@ -17,8 +17,9 @@ import httpx
 import pytest
 from helpers import wait_until
 
+from cache_runtime.child_process import ManagedProcess, http_ok
 from cache_runtime.services import RedisServer, free_port
-from flows.serve.processes import ManagedProcess, http_ok, prefect_server
+from flows.serve.processes import prefect_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
