@@ -100,7 +100,8 @@ def train_forecaster_command(
     """Train on the lake's demand series, log to MLflow, register, gate the champion alias."""
     settings = settings_from(config, data_dir)
     quiet_training()
-    from flows.forecast.flow import TrainForecasterParams, train_forecaster
+    from flows.forecast.flow import train_forecaster
+    from models.forecast.lake_training import TrainForecasterParams
 
     try:
         params = TrainForecasterParams(

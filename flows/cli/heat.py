@@ -37,7 +37,8 @@ def train_heat_gan_command(
     """Train the LSTM-GAN on the lake's demand, measure its realism, register, gate champion."""
     settings = settings_from(config, data_dir)
     quiet_training()
-    from flows.heat.flow import TrainHeatGanParams, train_heat_gan
+    from flows.heat.flow import train_heat_gan
+    from models.heat.lake_training import TrainHeatGanParams
 
     try:
         params = TrainHeatGanParams(

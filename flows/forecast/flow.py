@@ -1,53 +1,26 @@
 """Prefect flow `train-forecaster`: the lake's demand series -> MLflow run -> gated champion.
 
-Thin by design (house style): the task reads the features the `features` flow wrote and calls
-`models.forecast.registry.train_and_register`, which does the fitting, the evaluation on a
-held-out window, the logging and the alias decision.
+Thin by design (house style): the task calls `models.forecast.lake_training.train_on_lake`, which
+reads the features the `features` flow wrote and calls `models.forecast.registry.train_and_register`
+(the fitting, the evaluation on a held-out window, the logging and the alias decision).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 from prefect import flow, task
 
 from cache_runtime.settings import Settings
-from data_contracts.demand import check_granularity
-from data_contracts.derived import require_demand
-from models.forecast.attention import AttentionConfig
-
-
-@dataclass(frozen=True)
-class TrainForecasterParams:
-    """What a user may choose from the CLI or the Prefect UI."""
-
-    granularity: str = "3min"
-    top_k: int = 100
-    recent: int = 48
-    horizon: int = 6
-    epochs: int = 20
-    eval_frac: float = 0.25
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_granularity(self.granularity)
+from models.forecast.lake_training import TrainForecasterParams, train_on_lake
 
 
 @task(name="train-and-register")
 def train_task(
     data_dir: str, mlflow_uri: str, mlflow_artifacts: str, params: dict[str, Any]
 ) -> dict[str, Any]:
-    from models.forecast.registry import train_and_register
-
-    chosen = TrainForecasterParams(**params)
-    demand = require_demand(Path(data_dir), chosen.granularity)
-    config = AttentionConfig(horizon=chosen.horizon, epochs=chosen.epochs, seed=chosen.seed)
-    return train_and_register(
-        demand, mlflow_uri, Path(mlflow_artifacts), chosen.top_k, chosen.recent, config,
-        chosen.eval_frac,
-    )  # fmt: skip
+    return train_on_lake(data_dir, mlflow_uri, mlflow_artifacts, TrainForecasterParams(**params))
 
 
 @flow(name="train-forecaster")

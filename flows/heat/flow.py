@@ -1,55 +1,27 @@
 """Prefect flow `train-heat-gan`: the lake's demand series -> the heat GAN -> MLflow, gated.
 
-Thin by design (house style): the task reads the features the `features` flow wrote and calls
-`models.heat.registry.train_and_register_gan`, which trains, measures realism against the
-naive generator on held-back windows, logs, registers and decides the `champion` alias.
+Thin by design (house style): the task calls `models.heat.lake_training.train_on_lake`, which
+reads the features the `features` flow wrote and calls `models.heat.registry.train_and_register_gan`
+(training, realism against the naive generator on held-back windows, logging, registration and
+the `champion` decision).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 from prefect import flow, task
 
 from cache_runtime.settings import Settings
-from data_contracts.demand import check_granularity
-from data_contracts.derived import require_demand
-
-
-@dataclass(frozen=True)
-class TrainHeatGanParams:
-    """What a user may choose from the CLI or the Prefect UI."""
-
-    granularity: str = "3min"
-    top_k: int = 100
-    horizon: int = 6
-    epochs: int = 30
-    half_life_buckets: float = 2.0
-    eval_frac: float = 0.25
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_granularity(self.granularity)
+from models.heat.lake_training import TrainHeatGanParams, train_on_lake
 
 
 @task(name="train-and-register-heat-gan")
 def train_heat_gan_task(
     data_dir: str, mlflow_uri: str, mlflow_artifacts: str, params: dict[str, Any]
 ) -> dict[str, Any]:
-    from models.heat.gan import GanConfig
-    from models.heat.registry import train_and_register_gan
-
-    chosen = TrainHeatGanParams(**params)
-    demand = require_demand(Path(data_dir), chosen.granularity)
-    config = GanConfig(
-        horizon=chosen.horizon, epochs=chosen.epochs,
-        half_life_buckets=chosen.half_life_buckets, seed=chosen.seed,
-    )  # fmt: skip
-    return train_and_register_gan(
-        demand, mlflow_uri, Path(mlflow_artifacts), config, chosen.top_k, chosen.eval_frac
-    )
+    return train_on_lake(data_dir, mlflow_uri, mlflow_artifacts, TrainHeatGanParams(**params))
 
 
 @flow(name="train-heat-gan")
