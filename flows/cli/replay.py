@@ -8,7 +8,6 @@ run — arms from separate runs compare only through a pinned model (`--latency 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -80,13 +79,14 @@ def replay_command(
     settings = settings_from(config, None)
     from cache_runtime.traces import TraceError, load_trace
     from models.evaluation.replay.engine import ReplayConfig
+    from models.evaluation.replay.latency import pinned_latency
 
     if warmup not in ("on", "off"):
         raise CliError(f"--warmup {warmup!r}: choose on or off")
     if model is not None and not model.is_dir():
         raise CliError(f"--model {model}: no such checkpoint directory")
     try:
-        pinned = _pinned_latency(latency, servers)
+        pinned = pinned_latency(latency, servers)
         replay_config = ReplayConfig(
             memory=memory, ssd=ssd, redis=redis, restart_every_s=restart_every,
             window_s=window, warmup=warmup == "on",
@@ -135,20 +135,6 @@ def _positive_factor(text: str) -> float:
     return value
 
 
-def _pinned_latency(kind: str, servers: int | None) -> ReplayLatency | None:
-    """The model `--latency` names without measuring (reference, a file); None: measure it."""
-    from models.evaluation.replay.latency import REFERENCE, ReplayLatency
-
-    if kind == "measured":
-        return None
-    if kind == "reference":
-        return REFERENCE.with_servers(servers)
-    path = Path(kind)
-    if not path.is_file():
-        raise ValueError(f"--latency {kind!r}: choose reference or measured, or a JSON file")
-    return ReplayLatency.load(path).with_servers(servers)
-
-
 def _measured(model: Path | None, redis_url: str | None, servers: int | None) -> ReplayLatency:
     """The model measured once on this machine, for every arm of the comparison."""
     import redis
@@ -183,18 +169,8 @@ def _replay(
     result = summarize(results, asked, times, config, latency)
     if report is None:
         return result
-    from models.evaluation.replay.report import write_report
+    from models.evaluation.replay.report import report_comparison
 
-    summaries = {
-        arm: result if arm == asked else summarize(
-            results, arm, times, replace(config, warmup=arm == "on"), latency
-        )
-        for arm in ("off", "on")
-    }  # fmt: skip
-    by_label = {
-        "warm-up off": results["off"], "warm-up on": results["on"],
-        "restore reference": results["reference"],
-    }  # fmt: skip
-    path = write_report(report, by_label, times, summaries, config.window_s)
+    path, summaries = report_comparison(report, results, times, config, latency, result)
     stderr.print(f"report: {path}")
     return {**result, "report": str(path), "_summaries": summaries}

@@ -135,6 +135,20 @@ REFERENCE = ReplayLatency(
 )
 
 
+def pinned_latency(kind: str, servers: int | None) -> ReplayLatency | None:
+    """The model `kind` names without measuring: `reference`, or a JSON file an earlier run
+    pinned (its JSON output, or its `latency_model` object); None for `measured` (measure it).
+    `servers`, when given, replaces the model's prefill servers."""
+    if kind == "measured":
+        return None
+    if kind == "reference":
+        return REFERENCE.with_servers(servers)
+    path = Path(kind)
+    if not path.is_file():
+        raise ValueError(f"--latency {kind!r}: choose reference or measured, or a JSON file")
+    return ReplayLatency.load(path).with_servers(servers)
+
+
 def _median_ms(run: Callable[[], object], repeats: int) -> float:
     samples = []
     for _ in range(repeats):

@@ -12,13 +12,16 @@ from __future__ import annotations
 import base64
 import html
 import io
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 
-from models.evaluation.replay.engine import ArmResult, after_restart_mask
+from models.evaluation.replay.engine import ArmResult, ReplayConfig, after_restart_mask
+from models.evaluation.replay.latency import ReplayLatency
+from models.evaluation.replay.summary import summarize
 
 BIN_S = 30.0
 EXPERIMENT = "preheat-replay"
@@ -203,6 +206,27 @@ def write_report(
     path = directory / "replay.html"
     path.write_text(page)
     return path
+
+
+def report_comparison(
+    directory: Path, results: dict[str, ArmResult], times: np.ndarray, config: ReplayConfig,
+    latency: ReplayLatency, asked: dict[str, Any],
+) -> tuple[Path, dict[str, dict[str, Any]]]:  # fmt: skip
+    """The report of one comparison (`replay_comparison(..., both=True)`): both warm-up arms
+    summarised (`asked`: the asked arm's summary, kept as it is) and drawn beside the restore
+    reference; returns the HTML path and the two summaries."""
+    asked_arm = "on" if config.warmup else "off"
+    summaries = {
+        arm: asked if arm == asked_arm else summarize(
+            results, arm, times, replace(config, warmup=arm == "on"), latency
+        )
+        for arm in ("off", "on")
+    }  # fmt: skip
+    by_label = {
+        "warm-up off": results["off"], "warm-up on": results["on"],
+        "restore reference": results["reference"],
+    }  # fmt: skip
+    return write_report(directory, by_label, times, summaries, config.window_s), summaries
 
 
 def log_report(
