@@ -55,41 +55,6 @@ def train_heat_gan_command(
     stderr.print(f"preheat-heat-gan v{result['version']}: {verdict}: {result['reason']}")
 
 
-def _load_model(model: Path | None, tracking_uri: str) -> tuple[Any, dict[str, Any], str]:
-    """A saved GAN file, else the registry's champion: (module, metadata, where from)."""
-    from models.heat.gan import load_gan
-    from models.heat.registry import MODEL_NAME, load_champion_gan
-
-    if model is not None:
-        if not model.is_file():
-            raise CliError(f"--model {model}: no such file")
-        try:
-            module, meta = load_gan(model)
-        except (OSError, RuntimeError, KeyError, TypeError) as err:
-            raise CliError(f"--model {model}: not a saved heat GAN ({err})") from None
-        return module, meta, str(model)
-    try:
-        module, meta, version = load_champion_gan(tracking_uri)
-    except LookupError as err:
-        raise CliError(str(err)) from None
-    return module, meta, f"models:/{MODEL_NAME}@champion (version {version})"
-
-
-def _one_tenant(demand: Any, tenant: str | None, where: str) -> str:
-    """The tenant to simulate: the one asked for, or the only one there is. Never several at
-    once: one tenant's plan must not be shaped by another's keys."""
-    tenants = sorted(str(t) for t in demand["tenant"].unique())
-    if not tenants:
-        raise CliError(f"no {where}: run `preheat ingest` and `preheat features` first")
-    if tenant is None:
-        if len(tenants) > 1:
-            raise CliError(f"{where} has several tenants ({', '.join(tenants)}): pick --tenant")
-        return tenants[0]
-    if tenant not in tenants:
-        raise CliError(f"no tenant {tenant!r} in {where}; there are: {', '.join(tenants)}")
-    return tenant
-
-
 TenantOption = Annotated[
     str | None,
     typer.Option(help="Whose keys to simulate, one tenant at a time (needed when several)."),
@@ -124,39 +89,25 @@ def simulate_heat_command(
     """Simulate the tenant's key heat, with and without injected events; how the plan moves."""
     settings = settings_from(config, data_dir)
     quiet_training()
-    from data_contracts.derived import read_demand
-    from models.heat.registry import heat_panel
-    from models.heat.simulate import Event, simulate, simulation_figure
+    from models.heat.simulate import Event, simulation_figure
+    from models.heat.what_if import load_simulator, simulate_tenant
 
     try:
         events = [Event.parse(text) for text in event or []]
-    except ValueError as err:
-        raise CliError(str(err)) from None
-    module, meta, source = _load_model(model, settings.mlflow_uri)
-    granularity = str(meta.get("granularity", "3min"))
-    demand = read_demand(Path(settings.data_dir) / "features", granularity)
-    tenant = _one_tenant(demand, tenant, f"{granularity} demand under {settings.data_dir}")
-    demand = demand[demand["tenant"] == tenant]
-    panel = heat_panel(demand, module.config.half_life_buckets, int(meta.get("top_k", 100)))
-    try:
-        result = simulate(module, panel.heat, panel.keys, paths, horizon, events, top_k, seed)
-    except ValueError as err:
+        module, meta, source = load_simulator(model, settings.mlflow_uri)
+        result, facts = simulate_tenant(
+            module, meta, settings.data_dir, tenant, events, paths, horizon, top_k, seed
+        )
+    except (LookupError, ValueError) as err:
         raise CliError(str(err)) from None
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
         simulation_figure(result).savefig(plot, dpi=100)
-    width = panel.starts[1] - panel.starts[0] if len(panel.starts) > 1 else None
-    output = {
-        "model": source, "tenant": tenant, "granularity": granularity,
-        "from_bucket": str(panel.starts[-1] + width) if width is not None else None,
-        "keys": len(panel.keys), "paths": paths, "horizon": result.baseline.shape[2],
-        "events": [{"at": e.at, "key": e.key, "delta": e.delta} for e in events],
-        "sensitivity": result.summary, "plot": str(plot) if plot else None,
-    }  # fmt: skip
+    output = {"model": source, **facts, "plot": str(plot) if plot else None}
     if as_json:
         write_json(output)
     else:
-        _print_simulation(result.summary, len(panel.keys), paths, source)
+        _print_simulation(result.summary, facts["keys"], paths, source)
 
 
 def _print_simulation(summary: dict[str, Any], keys: int, paths: int, source: str) -> None:
