@@ -24,11 +24,8 @@ from flows.cli.common import (
 
 if TYPE_CHECKING:
     from cache_runtime.settings import Settings
-    from models.warmup.plan import Budgets, PlanResult
+    from models.warmup.plan import Budgets
     from models.warmup.prepare import PreparedPlan
-
-MB = 1_000_000
-SHOWN_ROWS = 30
 
 ComputeOption = Annotated[
     float, typer.Option("--compute-s", min=0, help="GPU/CPU seconds to spend warming.")
@@ -75,16 +72,11 @@ def warmup_command(
 ) -> None:
     """Plan a warm-up (what to warm, into which tier, in which order, and why) and warm it."""
     settings = settings_from(config, data_dir)
+    from models.warmup.explain import print_plan
     from models.warmup.plan import Budgets
     from models.warmup.prepare import PlanOptions, plan_from_lake
 
-    budgets = Budgets(
-        memory_bytes=int(memory_mb * MB),
-        ssd_bytes=int(ssd_mb * MB),
-        redis_bytes=int(redis_mb * MB),
-        compute_s=compute_s,
-        deadline_s=deadline_s,
-    )
+    budgets = Budgets.from_mb(memory_mb, ssd_mb, redis_mb, compute_s, deadline_s)
     try:
         options = PlanOptions(budgets, granularity, prefill_ms_per_token / 1000, top_excluded)
         with stderr.status("planning (champion forecaster, candidates, plan)"):
@@ -94,7 +86,7 @@ def warmup_command(
     if plan_only and as_json:
         write_json(prepared.result.to_json())
     elif plan_only:
-        _print_plan(prepared.result)
+        print_plan(prepared.result, stderr)
     else:
         _warm(prepared, settings, budgets, (backend, model_path, base_url, model_name), batch_size,
               as_json)  # fmt: skip
@@ -116,10 +108,9 @@ def _warm(
     try:
         path = str(model_path) if model_path else None
         backend = BackendSpec(kind, path, settings.mlflow_uri, base_url, model_name)
-        resources = NodeResources(
-            backend, str(settings.data_dir), settings.redis_url,
-            budgets.memory_bytes, budgets.memory_bytes + budgets.ssd_bytes,
-        )  # fmt: skip
+        resources = NodeResources.for_budgets(
+            backend, str(settings.data_dir), settings.redis_url, budgets
+        )
         items = resolve_items(prepared.result.plan, prepared.recent)
         with stderr.status(f"warming {len(items)} items"):
             summary = warm_locally(open_job(items, resources), batch_size)
@@ -133,29 +124,3 @@ def _warm(
         write_json({**summary, "plan": prepared.summary})
     if summary["failed"]:
         raise CliError(f"{summary['failed']} items failed: run again to resume them", code=1)
-
-
-def _print_plan(result: PlanResult) -> None:
-    """A table of the first rows (the reason column carries score, tier and timing)."""
-    from rich.table import Table
-
-    summary = result.summary
-    title = f"warm-up plan: {summary['planned']} of {summary['candidates']} candidates"
-    table = Table(title=title, title_justify="left")
-    for column in ("order", "tier", "item", "finish_s", "reason"):
-        table.add_column(column, overflow="fold", ratio=3 if column == "reason" else None)
-    for row in result.plan.head(SHOWN_ROWS).itertuples(index=False):
-        table.add_row(str(row.order), row.tier, row.item, f"{row.finish_s:.2f}", row.reason)
-    stderr.print(table)
-    tiers = ", ".join(
-        f"{name} {t['items']} items / {t['bytes'] / MB:.1f} MB"
-        for name, t in summary["tiers"].items()
-    )
-    stderr.print(
-        f"{tiers}; compute {summary['compute_s']:.2f} s; "
-        f"saves {summary['total_score_s']:.1f} s of latency"
-    )
-    if summary.get("fallback"):
-        stderr.print(f"fallback: {summary['fallback']}")
-    for row in result.excluded.head(5).itertuples(index=False):
-        stderr.print(f"left out {row.item}: {row.reason}")

@@ -40,7 +40,6 @@ from models.warmup.execute import WarmItem, resolve_items
 from models.warmup.plan import Budgets
 from models.warmup.prepare import EmptyLake, PlanOptions, plan_from_lake
 from models.warmup.run import (
-    MB,
     BackendSpec,
     Batch,
     NodeResources,
@@ -193,10 +192,7 @@ def warmup_flow(
     Raises:
         WarmupIncomplete: items still failed after the retries; rerun to resume them.
     """
-    budgets = Budgets(
-        memory_bytes=int(memory_mb * MB), ssd_bytes=int(ssd_mb * MB),
-        redis_bytes=int(redis_mb * MB), compute_s=compute_s, deadline_s=deadline_s,
-    )  # fmt: skip
+    budgets = Budgets.from_mb(memory_mb, ssd_mb, redis_mb, compute_s, deadline_s)
     options = PlanOptions(budgets, granularity, prefill_ms_per_token / 1000)
     try:
         planned = plan_task(data_dir, mlflow_uri, options)
@@ -205,11 +201,8 @@ def warmup_flow(
             raise
         get_run_logger().warning("nothing to warm: %s", err)
         return {"skipped": str(err)}
-    resources = NodeResources(
-        BackendSpec(backend, model_path, mlflow_uri, base_url, model_name), data_dir, redis_url,
-        memory_bytes=budgets.memory_bytes,
-        ssd_bytes=budgets.memory_bytes + budgets.ssd_bytes,  # write-through: memory's too
-    )  # fmt: skip
+    backend_spec = BackendSpec(backend, model_path, mlflow_uri, base_url, model_name)
+    resources = NodeResources.for_budgets(backend_spec, data_dir, redis_url, budgets)
     opened = execute_plan(
         planned["items"], resources, node_limit_name(node), max_concurrency, batch_size
     )

@@ -3,7 +3,8 @@
 An operator reading a plan asks "why this?" and "why not that?": every planned row carries a
 one-line reason (its value, its tier, its timing), and the best candidates left out carry the
 constraint that kept them out, named as the planner met it (a full tier, the compute budget,
-the deadline, a parent that was not planned, no predicted hits).
+the deadline, a parent that was not planned, no predicted hits). `print_plan` shows both to a
+person (`preheat warmup --plan-only`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import pandas as pd
 from data_contracts.warmup import TIERS, WARMUP_SOURCES
 
 if TYPE_CHECKING:
-    from models.warmup.plan import Budgets
+    from rich.console import Console
+
+    from models.warmup.plan import Budgets, PlanResult
 
 SOURCE_TEXT = {
     "heat": "decayed request frequency of the recent demand series (heat)",
@@ -161,3 +164,32 @@ def summarise(
         "excluded_by_reason": {str(k): int(v) for k, v in left_out.items()},
         "fallback": fallback_note(frame["source"]),
     }
+
+
+def print_plan(result: PlanResult, console: Console, rows: int = 30) -> None:
+    """A table of the first `rows` rows (the reason column carries score, tier and timing), the
+    tiers' totals, the fallback, and why the five best candidates left out were."""
+    from rich.table import Table
+
+    from models.warmup.plan import MB  # not at the top: the plan module imports this one
+
+    summary = result.summary
+    title = f"warm-up plan: {summary['planned']} of {summary['candidates']} candidates"
+    table = Table(title=title, title_justify="left")
+    for column in ("order", "tier", "item", "finish_s", "reason"):
+        table.add_column(column, overflow="fold", ratio=3 if column == "reason" else None)
+    for row in result.plan.head(rows).itertuples(index=False):
+        table.add_row(str(row.order), row.tier, row.item, f"{row.finish_s:.2f}", row.reason)
+    console.print(table)
+    tiers = ", ".join(
+        f"{name} {t['items']} items / {t['bytes'] / MB:.1f} MB"
+        for name, t in summary["tiers"].items()
+    )
+    console.print(
+        f"{tiers}; compute {summary['compute_s']:.2f} s; "
+        f"saves {summary['total_score_s']:.1f} s of latency"
+    )
+    if summary.get("fallback"):
+        console.print(f"fallback: {summary['fallback']}")
+    for row in result.excluded.head(5).itertuples(index=False):
+        console.print(f"left out {row.item}: {row.reason}")

@@ -53,6 +53,7 @@ __all__ = [
 
 MAX_DEPTH = 64
 TOP_EXCLUDED = 20
+MB = 1_000_000  # the unit of the byte budgets users give (`--memory-mb`, the flow's `memory_mb`)
 # The selection sums compute in rank order, the schedule in execution order; a relative margin
 # far below any real second keeps the two float sums from disagreeing about the deadline.
 _SUM_MARGIN = 1e-9
@@ -72,6 +73,16 @@ class Budgets:
         for field_, value in zip(fields(self), astuple(self), strict=True):
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{field_.name} must be finite and >= 0, got {value!r}")
+
+    @classmethod
+    def from_mb(
+        cls, memory_mb: float, ssd_mb: float, redis_mb: float, compute_s: float, deadline_s: float
+    ) -> Budgets:
+        """The budgets with the tiers in MB (10^6 bytes), as the CLI and the flow take them."""
+        return cls(
+            memory_bytes=int(memory_mb * MB), ssd_bytes=int(ssd_mb * MB),
+            redis_bytes=int(redis_mb * MB), compute_s=compute_s, deadline_s=deadline_s,
+        )  # fmt: skip
 
     @property
     def tier_bytes(self) -> tuple[int, int, int]:

@@ -34,9 +34,9 @@ from models.warmup.execute import (
     execute_batch,
     plan_id,
 )
+from models.warmup.plan import MB, Budgets
 from models.warmup.prepare import missing_sqlite_store
 
-MB = 1_000_000
 BACKENDS = ("hf", "openai", "null")
 
 
@@ -122,6 +122,17 @@ class NodeResources:
     redis_url: str | None = None
     memory_bytes: int = 256 * MB
     ssd_bytes: int = 2048 * MB
+
+    @classmethod
+    def for_budgets(
+        cls, backend: BackendSpec, data_dir: str, redis_url: str | None, budgets: Budgets
+    ) -> NodeResources:
+        """The node's cache sized by a plan's budgets. The SSD tier is written through (what
+        memory holds, it holds too), so it gets the memory tier's bytes on top of its own."""
+        return cls(
+            backend, data_dir, redis_url, budgets.memory_bytes,
+            budgets.memory_bytes + budgets.ssd_bytes,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
