@@ -159,17 +159,13 @@ def ingest_stream_command(
     import redis
 
     from data_contracts.lake import Lake
-    from models.ingest.stream import StreamConsumer
+    from models.ingest.stream import drain_into_lake
 
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    lake = Lake(settings.data_dir / "lake")
     try:
-        reader = StreamConsumer(
-            client, Lake(settings.data_dir / "lake"), settings.request_stream, consumer
+        totals = drain_into_lake(
+            settings.redis_url, lake, settings.request_stream, consumer, max_batches=max_batches
         )
-        reader.ensure_group()
-        totals = reader.drain(max_batches=max_batches)
     except redis.RedisError as err:
         raise CliError(f"redis at {settings.redis_url}: {err}") from None
-    finally:
-        client.close()
     write_json(vars(totals))

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import redis
 from prefect import flow, task
 
 from data_contracts.lake import lake_of
 from models.ingest.inbox import expand_paths
 from models.ingest.pipeline import ingest_file
-from models.ingest.stream import DEFAULT_GROUP, StreamConsumer
+from models.ingest.stream import DEFAULT_GROUP, drain_into_lake
 
 
 @task(name="ingest-file", retries=2, retry_delay_seconds=5)
@@ -53,12 +52,8 @@ def ingest_stream_flow(
     min_idle_ms: int = 30_000,
 ) -> dict[str, int]:
     """Drain the request stream into the lake (until empty, or `max_batches`)."""
-    client = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
-    try:
-        consumer_ = StreamConsumer(
-            client, lake_of(data_dir), stream, consumer, group, min_idle_ms=min_idle_ms
-        )
-        consumer_.ensure_group()
-        return vars(consumer_.drain(block_ms=block_ms, max_batches=max_batches))
-    finally:
-        client.close()
+    lake = lake_of(data_dir)
+    totals = drain_into_lake(
+        redis_url, lake, stream, consumer, group, block_ms, max_batches, min_idle_ms
+    )
+    return vars(totals)

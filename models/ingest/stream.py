@@ -138,3 +138,24 @@ class StreamConsumer:
             for name in vars(total):
                 setattr(total, name, getattr(total, name) + getattr(report, name))
         return total
+
+
+def drain_into_lake(
+    redis_url: str,
+    lake: Lake,
+    stream: str,
+    consumer: str,
+    group: str = DEFAULT_GROUP,
+    block_ms: int = 200,
+    max_batches: int | None = None,
+    min_idle_ms: int = 30_000,
+) -> StreamBatchReport:
+    """`StreamConsumer.drain` on a client of its own, closed after: the group created if
+    missing, batches until the stream is empty (or `max_batches`); returns the totals."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+    try:
+        reader = StreamConsumer(client, lake, stream, consumer, group, min_idle_ms=min_idle_ms)
+        reader.ensure_group()
+        return reader.drain(block_ms=block_ms, max_batches=max_batches)
+    finally:
+        client.close()
