@@ -16,10 +16,10 @@ import sys
 
 import orjson
 
-from flows.cli.forecast import quiet_training
 from models.evaluation.bench.forecast_bench import bench_forecast
 from models.evaluation.bench.hotset_bench import bench_hotset
 from models.evaluation.bench.shared_data import add_shared_argument
+from models.training import quiet_training
 
 SERIES = (
     ("traces/azure_llm_code_2023.csv", "azure", 10, None),

@@ -24,12 +24,12 @@ import numpy as np
 import orjson
 
 from cache_runtime.traces import load_request_keys
-from flows.cli.forecast import quiet_training
 from models.evaluation.bench.forecast_bench import total_series
 from models.evaluation.bench.shared_data import add_shared_argument
 from models.heat.gan import GanConfig, train_gan
 from models.heat.realism import NaiveGenerator, compare
 from models.heat.series import HeatSplit, decayed_heat
+from models.training import quiet_training
 
 
 def mooncake_keys(path: Path, bucket_s: float = 10.0, top: int = 100) -> np.ndarray:

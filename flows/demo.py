@@ -23,13 +23,14 @@ from cache_runtime.services import RedisHandle
 from cache_runtime.settings import Settings
 from data_contracts.lake import Lake
 from models.evaluation.demo_stages import (
-    llm_champion,
+    ensure_llm_champion,
     predicted_hottest,
     send_live_traffic,
     simulate_burst,
     summary_tables,
 )
 from models.ingest.synthetic import SyntheticLogSpec, write_synthetic_log
+from models.training import quiet_training
 
 
 def _stream_live_traffic(
@@ -47,7 +48,6 @@ def _stream_live_traffic(
 
 def _forecast_stage(settings: Settings) -> dict:
     """Train and gate the per-key forecaster, then ask the champion for the next buckets."""
-    from flows.cli.forecast import quiet_training
     from flows.forecast.flow import train_forecaster_flow
 
     quiet_training()  # the summary, not Lightning's banners
@@ -74,18 +74,6 @@ def _heat_stage(settings: Settings) -> dict:
     out = {key: result[key] for key in ("version", "promoted", "reason")}
     simulated = simulate_burst(settings)
     return out if simulated is None else out | {"simulated": simulated}
-
-
-def _llm_stage(settings: Settings) -> dict[str, str]:
-    """Register the tiny GPT-2 as `preheat-llm` unless a champion exists, so `make serve`'s
-    warm-up and deploy-models have a model after the demo (a user's own stays champion)."""
-    from flows.cli.model_registry import register_tiny_llm
-
-    version = llm_champion(settings)
-    if version is not None:
-        return {"champion": version}
-    artifacts = settings.mlflow_artifacts
-    return {"champion": register_tiny_llm(settings.data_dir, settings.mlflow_uri, artifacts)}
 
 
 def _ingest_stage(settings: Settings, log: Path | None, spec: SyntheticLogSpec,
@@ -129,7 +117,7 @@ def _model_stages(settings: Settings, console: Console) -> dict[str, Any]:
             f"{sim['rank_before']} to {sim['rank_after']}; top 5 gains {sim['entered_top_5']}"
         )
     with console.status("registry: the tiny GPT-2 as preheat-llm, for warm-up and serving"):
-        llm = _llm_stage(settings)
+        llm = {"champion": ensure_llm_champion(settings)}
     console.print(f"registry: preheat-llm@champion is version {llm['champion']}")
     return {"forecast": forecast, "heat": heat, "llm": llm}
 

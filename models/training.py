@@ -1,11 +1,27 @@
-"""One way to fit the platform's small Lightning models: on the CPU, quietly, deterministically."""
+"""One way to fit the platform's small Lightning models: on the CPU, quietly, deterministically.
+
+Lightning is imported when a model is fitted, not with this module: `quiet_training` is called
+by the commands that train before anything imports it.
+"""
 
 from __future__ import annotations
 
+import logging
 import warnings
+from typing import TYPE_CHECKING
 
-import pytorch_lightning as pl
-from torch.utils.data import DataLoader
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader
+
+
+def quiet_training() -> None:
+    """One thread and no Lightning banners: small models, and stdout carries only the JSON."""
+    import torch
+
+    torch.set_num_threads(1)
+    for name in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def fit_on_cpu(module: pl.LightningModule, loader: DataLoader, epochs: int) -> None:
@@ -13,6 +29,8 @@ def fit_on_cpu(module: pl.LightningModule, loader: DataLoader, epochs: int) -> N
 
     CPU on purpose: models this small train faster on one core than through a GPU launch.
     """
+    import pytorch_lightning as pl
+
     trainer = pl.Trainer(
         max_epochs=epochs,
         accelerator="cpu",

@@ -6,7 +6,6 @@ Kept apart from the CLI's root (`flows/cli/__init__.py`) so each file stays read
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 import typer
@@ -22,15 +21,7 @@ from flows.cli.common import (
     stderr,
     write_json,
 )
-
-
-def quiet_training() -> None:
-    """One thread and no Lightning banners: small models, and stdout carries only the JSON."""
-    import torch
-
-    torch.set_num_threads(1)
-    for name in ("pytorch_lightning", "lightning", "lightning.pytorch", "lightning_fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+from models.training import quiet_training
 
 
 def bench_forecast_command(

@@ -17,7 +17,7 @@ from flows.cli.common import (
     stderr,
     write_json,
 )
-from flows.cli.forecast import quiet_training
+from models.training import quiet_training
 
 simulate = typer.Typer(help="What-if simulations of the platform's models.", no_args_is_help=True)
 

@@ -13,14 +13,6 @@ from flows.cli.common import CliError, ConfigOption, DataDirOption, settings_fro
 register = typer.Typer(help="Put models in the MLflow registry.", no_args_is_help=True)
 
 
-def register_tiny_llm(data_dir: Path, mlflow_uri: str, artifacts: Path) -> str:
-    """Save the tiny demo GPT-2 (built from a config: real KV mechanics, meaningless text)
-    under `<data_dir>/models/tiny-gpt2` and register it; returns the version."""
-    from models.llm.registry import register_llm, save_tiny_llm
-
-    return register_llm(save_tiny_llm(data_dir / "models" / "tiny-gpt2"), mlflow_uri, artifacts)
-
-
 @register.command("llm")
 def register_llm_command(
     path: Annotated[
@@ -32,6 +24,7 @@ def register_llm_command(
 ) -> None:
     """Register an LLM as `preheat-llm`; it becomes `champion` when no version holds the alias
     (move the alias in the MLflow UI to promote a later one; nodes follow on `deploy-models`)."""
+    from models.evaluation.demo_stages import register_tiny_llm
     from models.llm.registry import MODEL_NAME, register_llm
 
     settings = settings_from(config, data_dir)

@@ -3,13 +3,15 @@
 `preheat demo` (`flows.demo`) runs the flows and prints one line a stage; what a stage does
 besides calling a flow is here, so it can be called without Prefect: send an hour of live
 traffic through the request stream's producer, ask the champion forecaster for the hottest keys
-and the champion heat GAN what a burst would do, find the registered LLM, and the closing tables.
+and the champion heat GAN what a burst would do, find the registered LLM (registering the tiny
+demo GPT-2 when there is none), and the closing tables.
 The cache and replay stages are `demo_cache` and `demo_replay` beside this module.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -106,6 +108,24 @@ def llm_champion(settings: Settings) -> str | None:
         return str(client.get_model_version_by_alias(MODEL_NAME, "champion").version)
     except mlflow.exceptions.MlflowException:
         return None
+
+
+def register_tiny_llm(data_dir: Path, mlflow_uri: str, artifacts: Path) -> str:
+    """Save the tiny demo GPT-2 (built from a config: real KV mechanics, meaningless text)
+    under `<data_dir>/models/tiny-gpt2` and register it; returns the version."""
+    from models.llm.registry import register_llm, save_tiny_llm
+
+    return register_llm(save_tiny_llm(data_dir / "models" / "tiny-gpt2"), mlflow_uri, artifacts)
+
+
+def ensure_llm_champion(settings: Settings) -> str:
+    """The version of `preheat-llm@champion`, registering the tiny GPT-2 first when no version
+    holds the alias, so `make serve`'s warm-up and deploy-models have a model after the demo (a
+    user's own model stays champion)."""
+    version = llm_champion(settings)
+    if version is not None:
+        return version
+    return register_tiny_llm(settings.data_dir, settings.mlflow_uri, settings.mlflow_artifacts)
 
 
 def summary_tables(lake: Lake, settings: Settings, console: Console) -> dict[str, Any]:
