@@ -6,6 +6,10 @@ with SIGTERM, then SIGKILL after a grace period. Children start in their own ses
 in the terminal reaches only the parent, which then stops them in order; a child that dies on its
 own is noticed by `ManagedProcess.exited`.
 
+The supervising process's own side: `instance_lock` keeps it to one instance per lock file (the
+OS releases the lock when the process dies, so a crash never leaves a stale one), and
+`stop_on_signals` turns SIGINT and SIGTERM into a stop event it waits on.
+
 `preheat serve` runs the Prefect server and worker and the MLflow UI this way
 (`flows.serve.processes` builds their command lines); the embedded redis-server has its own
 supervisor (`cache_runtime.services`), which restarts it and proves by its pid that the server
@@ -15,13 +19,16 @@ answering is the one it started.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 import httpx
 
@@ -126,3 +133,37 @@ def http_ok(url: str, expect: Callable[[httpx.Response], bool] | None = None) ->
         return response.status_code == 200 and (expect is None or expect(response))
 
     return check
+
+
+@contextlib.contextmanager
+def instance_lock(path: Path) -> Iterator[IO[str] | None]:
+    """Yield the open lock file when this process holds the lock, else None (another holds it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        yield handle
+    finally:
+        handle.close()
+
+
+def stop_on_signals(stop: threading.Event) -> dict[int, Any]:
+    """SIGINT and SIGTERM set `stop` from now on; returns the handlers they replaced, for
+    `restore_signals`. Off the main thread it does nothing (only the main thread can handle
+    signals; tests run a supervisor in a thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    return previous
+
+
+def restore_signals(previous: dict[int, Any]) -> None:
+    """Put back the handlers `stop_on_signals` replaced."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)

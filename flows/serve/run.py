@@ -13,10 +13,8 @@ the running one from its state file instead of failing on a busy port.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import signal
 import socket
 import threading
 import time
@@ -24,9 +22,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from cache_runtime.child_process import ManagedProcess, ServiceStartError, http_ok
+from cache_runtime.child_process import (
+    ManagedProcess,
+    ServiceStartError,
+    http_ok,
+    instance_lock,
+    restore_signals,
+    stop_on_signals,
+)
 from cache_runtime.settings import Settings
 from flows.serve.deployments import (
     absolute_sqlite,
@@ -80,22 +85,6 @@ class ServeOptions:
 
 def serve_dir(settings: Settings, root: Path) -> Path:
     return (root / settings.data_dir / "serve").resolve()
-
-
-@contextmanager
-def instance_lock(path: Path) -> Iterator[IO[str] | None]:
-    """Yield the open lock file when this process holds the lock, else None (another holds it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = path.open("a+")
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield None
-            return
-        yield handle
-    finally:
-        handle.close()
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -245,7 +234,7 @@ def serve(
             on_ready(running)
             return 0
         stop = stop or threading.Event()
-        previous = _install_signal_handlers(stop)
+        previous = stop_on_signals(stop)
         platform = Platform(settings, options, log)
         try:
             try:
@@ -265,21 +254,7 @@ def serve(
             platform.stop()
             with suppress(FileNotFoundError):
                 state_path.unlink()
-            _restore_signal_handlers(previous)
-
-
-def _install_signal_handlers(stop: threading.Event) -> dict[int, Any]:
-    if threading.current_thread() is not threading.main_thread():
-        return {}  # signals can only be handled on the main thread (tests run serve in one)
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, lambda *_: stop.set())
-    return previous
-
-
-def _restore_signal_handlers(previous: dict[int, Any]) -> None:
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
+            restore_signals(previous)
 
 
 def deployments_report(api_url: str) -> list[dict[str, Any]]:

@@ -1,14 +1,23 @@
 """`cache_runtime.child_process`: readiness polled, a dead child reported with its log, the group
-stopped."""
+stopped; the supervisor's instance lock and stop signals."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from cache_runtime.child_process import ManagedProcess, ServiceStartError
+from cache_runtime.child_process import (
+    ManagedProcess,
+    ServiceStartError,
+    instance_lock,
+    restore_signals,
+    stop_on_signals,
+)
 
 
 def _python(code: str, log: Path, **env: str) -> ManagedProcess:
@@ -43,3 +52,25 @@ def test_a_child_not_ready_in_time_is_reported(tmp_path: Path) -> None:
             child.wait_ready(lambda: False, timeout_s=0.3)
     finally:
         child.stop(grace_s=5)
+
+
+def test_a_second_holder_of_the_instance_lock_is_told_no(tmp_path: Path) -> None:
+    lock = tmp_path / "serve" / "pool.lock"
+    with instance_lock(lock) as first:
+        assert first is not None
+        with instance_lock(lock) as second:
+            assert second is None
+    with instance_lock(lock) as again:  # released with the first holder
+        assert again is not None
+
+
+def test_sigterm_sets_the_stop_event_until_the_handlers_are_restored() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    stop = threading.Event()
+    previous = stop_on_signals(stop)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(5)
+    finally:
+        restore_signals(previous)
+    assert signal.getsignal(signal.SIGTERM) is before
