@@ -25,7 +25,7 @@ from models.llm.backend_contract import (
     WarmResult,
     answer_generations,
 )
-from models.llm.fair_lock import FairLock
+from models.llm.batch_decoder import BatchDecoder, default_rows
 
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
@@ -76,9 +76,9 @@ def _to_device(kv: Any, device: str) -> Any:
 class HFBackend:
     """A Hugging Face causal LM in this process, warming KV pages into a `HybridCache`.
 
-    The executor's threads may share one backend: model calls are serialised by a lock (one
-    model on one device gains nothing from interleaved prefills, and a DynamicCache is not
-    safe to share).
+    The executor's and the gateway's threads share one backend: every forward pass runs on its
+    `BatchDecoder`'s thread, prefills one at a time with tenants in rotation, and decoding
+    batched across requests (`batch_decoder.py`).
     """
 
     name = "hf"
@@ -101,8 +101,8 @@ class HFBackend:
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         eos = model.generation_config.eos_token_id
         self._eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        # one forward pass at a time, the turns in rotation between tenants (`fair_lock.py`)
-        self._turns = FairLock()
+        # every forward pass runs on its thread, tenants served least-used first
+        self.decoder = BatchDecoder(self.model, self._eos, rows=default_rows(self.device))
         self._cleanup: Any = None  # a TemporaryDirectory the weights were fetched into
 
     @classmethod
@@ -167,8 +167,7 @@ class HFBackend:
         tokens = self.encode(prompt)[: self.context_tokens - room]
         if not tokens:
             raise ValueError("cannot warm an empty prompt")
-        with self._turns.hold(tenant):
-            prefill = self._prefill(tenant, tokens, cache, need_logits=store_response)
+        prefill = self._prefill(tenant, tokens, cache, need_logits=store_response)
         response = None
         if store_response:
             ids, _ = self._generate(prefill, self.response_tokens, 0.0, None, tenant=tenant)
@@ -206,8 +205,7 @@ class HFBackend:
                 f"prompt of {len(tokens)} tokens plus max_tokens {max_tokens} does not fit the "
                 f"context of {self.context_tokens} tokens (and a prompt must not be empty)"
             )
-        with self._turns.hold(tenant):
-            prefill = self._prefill(tenant, tokens, cache, need_logits=True, session=session)
+        prefill = self._prefill(tenant, tokens, cache, need_logits=True, session=session)
         on_ids = None
         if listener is not None:
             listener.started(prefill.cached_tokens)
@@ -231,6 +229,8 @@ class HFBackend:
 
         The KV restored covers at most `tokens[:-1]`: next-token logits need at least one
         token computed (as in vLLM, a fully cached prompt still recomputes its last page).
+        The forward pass is one of `tenant`'s turns on the model's decoder thread; the cache's
+        reads and writes happen on the caller's thread, around it.
         """
         import torch
 
@@ -244,8 +244,9 @@ class HFBackend:
         if kv is not None:
             kv = _to_device(kv, self.device)
         ids = torch.tensor([tokens[reused:]], device=self.device)
-        with torch.inference_mode():
-            out = self.model(ids, cache=kv, use_cache=True, logits_to_keep=1)
+        out = self.decoder.forward(
+            tenant, lambda: self.model(ids, cache=kv, use_cache=True, logits_to_keep=1)
+        )
         stored = 0
         if cache is not None:
             # `present` may exceed what was loaded (the last page, see above): not rewritten.
@@ -291,37 +292,29 @@ class HFBackend:
         on_ids: Callable[[list[int]], bool] | None = None,
         tenant: str = "default",
     ) -> tuple[list[int], str]:
-        """Greedy (temperature 0) or sampled decoding from a prefill, one token per step, each
-        forward pass one of `tenant`'s turns on the model (`FairLock`); `on_ids(ids so far)`
-        after each token (False ends it: finish reason "stop").
+        """Greedy (temperature 0) or sampled decoding from a prefill, in the decoder's batch
+        with every other request's (`BatchDecoder.decode`); `on_ids(ids so far)` after each
+        token (False ends it: finish reason "stop").
 
-        A plain loop rather than `model.generate`: the prefill's cache and logits are reused
-        as they are, and there is no generation config to reconcile.
+        Rather than `model.generate`: the prefill's cache and logits are reused as they are,
+        other requests' sequences share each forward pass, and there is no generation config
+        to reconcile.
         """
-        import torch
-
-        generator = None
-        if temperature > 0:
-            generator = torch.Generator(device=self.device)
-            generator.manual_seed(seed if seed is not None else int(time.time_ns()))
-        logits, kv, ids = prefill.logits, prefill.kv, []
-        with torch.inference_mode():
-            for step in range(max_tokens):
-                if temperature > 0:
-                    probs = torch.softmax(logits.float() / temperature, dim=-1)
-                    token = int(torch.multinomial(probs, 1, generator=generator))
-                else:
-                    token = int(logits.argmax(dim=-1))
+        ids: list[int] = []
+        tokens = self.decoder.decode(
+            tenant, prefill.kv, prefill.logits, max_tokens, temperature, seed
+        )
+        try:
+            for token in tokens:
                 ids.append(token)
                 if token in self._eos or (on_ids is not None and not on_ids(ids)):
                     return ids, "stop"
-                if step + 1 < max_tokens:
-                    step_ids = torch.tensor([[token]], device=self.device)
-                    with self._turns.hold(tenant):
-                        logits = self.model(step_ids, cache=kv, use_cache=True).logits[:, -1]
+        finally:
+            tokens.close()  # (early: its row leaves the batch)
         return ids, "length"
 
     def close(self) -> None:
+        self.decoder.close()
         if self._cleanup is not None:
             self._cleanup.cleanup()
             self._cleanup = None
