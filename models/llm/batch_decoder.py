@@ -1,12 +1,16 @@
 """One model, many requests: one thread runs every forward pass and decodes all sequences together.
 
-Why: a model in this process serves several tenants at once, and one tenant's flood must not
-make another's short request slow. Each round of the decoder thread:
-1. runs at most one waiting forward job (a request's prefill): the oldest job of the tenant that
-   has used the model least lately (`TenantUsage`: least attained service);
-2. seats the sequences that decode this round: at most `rows` of them, the least-used tenants'
-   first (a tenant's oldest sequences first); the others stand, their KV set aside, until a seat
-   is theirs;
+Why: a model in this process serves several tenants at once, and one tenant's flood of long
+generations must not make another's short request slow. Work goes in order of priority:
+requests that have decoded fewer tokens first (a multi-level feedback queue over the tokens a
+request has attained, a level per doubling past `QUANTUM_TOKENS`, as FastServe does: Wu et al.,
+"Fast Distributed Inference Serving for Large Language Models", 2023), then, within a level,
+the tenant that has used the model least lately (`TenantUsage`), then the oldest request. A
+short request thus never queues behind a long one's remaining tokens, and among requests of
+one size the tenants share the model. Each round of the decoder thread:
+1. runs at most one waiting forward job (a request's prefill), the first in priority;
+2. seats the sequences that decode this round: at most `rows` of them, first in priority; the
+   others stand, their KV set aside, until a seat is theirs;
 3. picks each seated sequence's next token from its logits (greedy, or sampled with its own
    generator), hands it to the sequence's reader and drops the sequences that ended (end of
    sequence, their `max_tokens`, or a reader that stopped reading);
@@ -16,17 +20,18 @@ make another's short request slow. Each round of the decoder thread:
 request decoding rides in one forward pass. On a CPU each row costs a large share of the step
 (measured on the tiny GPT-2: one row 0.85 ms a step, two 1.4 ms, three 1.5 ms; its vocabulary
 projection is per row), so a calm tenant seated beside a flood paid 1.9x its idle time
-(`benchmarks/gateway_abuse.py`, two rows); with one row, the least-used tenant decodes alone and
-the flood waits the few milliseconds a short request takes.
+(`benchmarks/gateway_abuse.py`, two rows). With one row the model serves one request at a
+time: among the requests in flight (`request`, from its prefill to its last token), the first
+in priority, and no other request's work runs meanwhile, not even while it reads or writes the
+cache between its forward passes. Its Python and the decoder thread's share one GIL: with a
+flood decoding meanwhile, a calm request's own work ran at half speed (measured: its `complete`
+9 -> 17 ms beside a flood, 10 ms with this). A request first in priority takes the model over
+at the next token; the time the holder keeps others waiting is charged to its tenant.
 
-The batch's KV is one `DynamicCache` whose rows are left-padded: row i holds its sequence's
-keys and values right-aligned, `mask` marks its real positions, and each new token's position id
-is the count of its real positions, so a padded row computes what it would alone (tested against
-decoding alone). Joining pads the shorter side once; a decode step appends one column.
+The batch's tensors (left-padded rows of one `DynamicCache`) are `padded_batch.py`'s.
 
 Rejected: `transformers`' continuous batching (its paged cache would not take the KV restored
-from the node's pages, which is the point of the cache); padding every step from per-sequence
-caches (a copy of every sequence's KV per token); a lock taken per forward pass with turns in
+from the node's pages, which is the point of the cache); a lock taken per forward pass with turns in
 rotation between tenants (what this replaced: a short request waited one flood step before each
 of its own, 3.8x its idle p95). Setting a sequence aside copies its KV once (none when it is the
 only row), when the seats change hands, not per token.
@@ -38,17 +43,22 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
 
+from models.llm.padded_batch import PaddedBatch
 from models.llm.tenant_usage import TenantUsage
 
 T = TypeVar("T")
 _END = None  # a reader's last item: no more tokens
+
+
+QUANTUM_TOKENS = 8  # a request's first level: its first 8 decoded tokens; each next one doubles
 
 
 def default_rows(device: str) -> int:
@@ -57,11 +67,25 @@ def default_rows(device: str) -> int:
     return 1 if device == "cpu" else 32
 
 
-@dataclass
-class _Job:
-    """A forward pass to run on the decoder thread for `tenant` (a prefill)."""
+@dataclass(eq=False)
+class Request:
+    """One request's claim on the model (`BatchDecoder.request`)."""
 
     tenant: str
+    arrival: int = 0  # among equals, the oldest request first
+    decoded: int = 0  # tokens decoded so far: its attained service
+
+    @property
+    def level(self) -> int:
+        """0 for its first `QUANTUM_TOKENS` tokens, then one more per doubling."""
+        return (self.decoded // QUANTUM_TOKENS).bit_length()
+
+
+@dataclass
+class _Job:
+    """A forward pass to run on the decoder thread for `request` (a prefill)."""
+
+    request: Request
     fn: Callable[[], Any]
     done: Future[Any]
 
@@ -70,7 +94,7 @@ class _Job:
 class _Sequence:
     """One request's decoding: its prefill's KV and logits until it joins the batch."""
 
-    tenant: str
+    request: Request
     kv: Any  # DynamicCache: (1, heads, length, head_dim) per layer; None while seated
     logits: torch.Tensor | None  # (1, vocab): the next token's; None while seated
     max_tokens: int
@@ -79,15 +103,15 @@ class _Sequence:
     tokens: queue.SimpleQueue[int | BaseException | None] = field(default_factory=queue.SimpleQueue)
     produced: int = 0
     cancelled: bool = False
-    arrival: int = 0  # among equals, the oldest sequences are seated first
 
 
 class BatchDecoder:
     """The one thread that runs a model's forward passes (module docstring).
 
-    `forward(tenant, fn)` runs `fn` (a prefill) on that thread in the tenant's turn and returns
-    its result; `decode(...)` yields a sequence's tokens as the batch produces them. `rows`:
-    seats per decode round (`default_rows`); `usage`: each tenant's recent model time.
+    `with request(tenant) as r:` puts a request in flight; `forward(r, fn)` runs `fn` (its
+    prefill) on that thread in its turn and returns its result; `decode(r, ...)` yields its
+    tokens as the batch produces them. `rows`: seats per decode round (`default_rows`);
+    `usage`: each tenant's recent model time.
     """
 
     def __init__(
@@ -100,32 +124,46 @@ class BatchDecoder:
         self.rows = rows
         self.usage = usage or TenantUsage()
         self._arrivals = 0
+        self._in_flight: list[Request] = []
         self._changed = threading.Condition()
         self._jobs: list[_Job] = []
         self._joining: list[_Sequence] = []
         self._closed = False
         self._thread: threading.Thread | None = None
-        # the batch; touched by the decoder thread only
-        self._rows: list[_Sequence] = []  # seated
+        # touched by the decoder thread only
+        self._batch = PaddedBatch(model)
+        self._rows: list[_Sequence] = []  # seated: the batch's rows, in order
         self._standing: list[_Sequence] = []  # waiting for a seat, their KV set aside
-        self._kv: Any = None  # DynamicCache: (rows, heads, width, head_dim) per layer
-        self._mask = torch.zeros(0, 0, dtype=torch.long)  # (rows, width): 1 = real position
-        self._logits: torch.Tensor | None = None  # (rows, vocab)
-        self._padded = False  # some row has padding: the mask and positions must be given
         self.steps = 0  # batched decode steps run (for tests and metrics)
 
-    def forward(self, tenant: str, fn: Callable[[], T]) -> T:
-        """`fn()` on the decoder thread, in inference mode, in `tenant`'s turn."""
+    @contextmanager
+    def request(self, tenant: str) -> Iterator[Request]:
+        """A request of `tenant` in flight until the block ends: with one row, the model is
+        its while it is first in priority (module docstring)."""
+        with self._changed:
+            self._arrivals += 1
+            request = Request(tenant, self._arrivals)
+            self._in_flight.append(request)
+            self._changed.notify_all()
+        try:
+            yield request
+        finally:
+            with self._changed:
+                self._in_flight.remove(request)
+                self._changed.notify_all()
+
+    def forward(self, request: Request, fn: Callable[[], T]) -> T:
+        """`fn()` on the decoder thread, in inference mode, in `request`'s turn."""
         done: Future[T] = Future()
         with self._changed:
             self._ensure_running()
-            self._jobs.append(_Job(tenant, fn, done))
+            self._jobs.append(_Job(request, fn, done))
             self._changed.notify_all()
         return done.result()
 
     def decode(
         self,
-        tenant: str,
+        request: Request,
         kv: Any,
         logits: torch.Tensor,
         max_tokens: int,
@@ -141,11 +179,9 @@ class BatchDecoder:
         if temperature > 0:
             generator = torch.Generator(device=logits.device)
             generator.manual_seed(seed if seed is not None else int(time.time_ns()))
-        sequence = _Sequence(tenant, kv, logits, max_tokens, temperature, generator)
+        sequence = _Sequence(request, kv, logits, max_tokens, temperature, generator)
         with self._changed:
             self._ensure_running()
-            self._arrivals += 1
-            sequence.arrival = self._arrivals
             self._joining.append(sequence)
             self._changed.notify_all()
         try:
@@ -174,32 +210,55 @@ class BatchDecoder:
     def _run(self) -> None:
         while True:
             with self._changed:
-                while not (self._busy() or self._closed):
-                    self._changed.wait()
-                if self._closed and not self._busy():
+                going, holder = self._wait_for_work()
+                if not going:
                     return
-                job = self._next_job()
+                job = self._next_job(holder)
                 joining, self._joining = self._joining, []
             with torch.inference_mode():
                 if job is not None:
                     self._run_job(job)
                 try:
-                    self._round(joining)
+                    self._round(joining, holder)
                 except Exception as error:  # a failed step fails its sequences, not the thread
                     failed = {id(s): s for s in [*self._rows, *self._standing, *joining]}
                     for sequence in failed.values():
                         sequence.tokens.put(error)
-                    self._reset()
+                    self._keep([])
                     self._standing = []
 
-    def _busy(self) -> bool:
-        return bool(self._jobs or self._joining or self._rows or self._standing)
+    def _priority(self, request: Request) -> tuple[int, float, int]:
+        return request.level, self.usage.of(request.tenant), request.arrival
 
-    def _next_job(self) -> _Job | None:
-        """The oldest job of the least-used tenant with one waiting."""
-        if not self._jobs:
+    def _wait_for_work(self) -> tuple[bool, Request | None]:
+        """(Under the lock.) Wait for work the model may do: (False: closed with none left,
+        the request the model serves alone or None). With one row and a request in flight,
+        that is the first in flight in priority; the time it keeps others' work waiting is
+        charged to its tenant."""
+        while True:
+            holder = None
+            if self.rows == 1 and self._in_flight:
+                holder = min(self._in_flight, key=self._priority)
+            if self._work(holder):
+                return True, holder
+            if self._closed and not self._work(None):
+                return False, None
+            started = time.perf_counter()
+            self._changed.wait()
+            if holder is not None and self._work(None):
+                self.usage.add(holder.tenant, time.perf_counter() - started)
+
+    def _work(self, holder: Request | None) -> bool:
+        """Any work (of `holder` only, when one is given)?"""
+        waiting = [*self._jobs, *self._joining, *self._rows, *self._standing]
+        return any(holder in (None, w.request) for w in waiting)
+
+    def _next_job(self, holder: Request | None) -> _Job | None:
+        """The job first in priority (`holder`'s, given one)."""
+        jobs = [j for j in self._jobs if holder in (None, j.request)]
+        if not jobs:
             return None
-        job = min(self._jobs, key=lambda j: self.usage.of(j.tenant))  # (min: the first of ties)
+        job = min(jobs, key=lambda j: self._priority(j.request))
         self._jobs.remove(job)
         return job
 
@@ -209,15 +268,15 @@ class BatchDecoder:
             job.done.set_result(job.fn())
         except BaseException as error:  # handed to the caller, whose request it was
             job.done.set_exception(error)
-        self.usage.add(job.tenant, time.perf_counter() - started)
+        self.usage.add(job.request.tenant, time.perf_counter() - started)
 
-    def _round(self, joining: list[_Sequence]) -> None:
+    def _round(self, joining: list[_Sequence], holder: Request | None) -> None:
         self._standing += joining
-        self._seat()
+        self._seat(holder)
         if not self._rows:
             return
-        assert self._logits is not None
-        picked = self._pick(self._logits)
+        assert self._batch.logits is not None
+        picked = self._pick(self._batch.logits)
         going = [i for i, row in enumerate(self._rows) if not self._ended(row, picked[i])]
         if len(going) < len(self._rows):
             self._keep(going)
@@ -225,43 +284,39 @@ class BatchDecoder:
         if self._rows:
             self._step(picked)
 
-    def _seat(self) -> None:
-        """Seat this round's sequences (module docstring); set aside those whose seat went to
-        another tenant, and forget the standing ones whose reader left."""
+    def _seat(self, holder: Request | None) -> None:
+        """Seat this round's sequences (module docstring; only `holder`'s, given one); set
+        aside those whose seat went to another; forget those whose reader left."""
         self._standing = [s for s in self._standing if not s.cancelled]
-        usage = {s.tenant: self.usage.of(s.tenant) for s in [*self._rows, *self._standing]}
         everyone = sorted(
-            [*self._rows, *self._standing], key=lambda s: (usage[s.tenant], s.arrival)
+            [s for s in [*self._rows, *self._standing] if holder in (None, s.request)],
+            key=lambda s: self._priority(s.request),
         )
         seated = {id(s) for s in everyone[: self.rows]}
         leaving = [i for i, row in enumerate(self._rows) if id(row) not in seated]
         if leaving:
             self._standing += [self._set_aside(i) for i in leaving]
             self._keep([i for i, row in enumerate(self._rows) if id(row) in seated])
-        for sequence in sorted(self._standing, key=lambda s: s.arrival):
+        for sequence in sorted(self._standing, key=lambda s: s.request.arrival):
             if id(sequence) in seated:
                 self._admit(sequence)
         self._standing = [s for s in self._standing if id(s) not in seated]
 
     def _set_aside(self, row: int) -> _Sequence:
-        """Row `row`'s KV (its real positions, copied unless it is the only row) and logits
-        back on its sequence."""
-        from transformers import DynamicCache
-
-        assert self._logits is not None
+        """Row `row`'s KV and logits back on its sequence (it leaves the batch next)."""
         sequence = self._rows[row]
-        if len(self._rows) == 1:
-            sequence.kv, sequence.logits = self._kv, self._logits
-            return sequence
-        first = int(self._mask[row].nonzero()[0])
-        layers = [
-            (layer.keys[row : row + 1, :, first:].clone(),
-             layer.values[row : row + 1, :, first:].clone())
-            for layer in self._kv.layers
-        ]  # fmt: skip
-        sequence.kv = DynamicCache(ddp_cache_data=layers, config=self.model.config)
-        sequence.logits = self._logits[row : row + 1].clone()
+        sequence.kv, sequence.logits = self._batch.take(row)
         return sequence
+
+    def _admit(self, sequence: _Sequence) -> None:
+        assert sequence.logits is not None
+        self._batch.add(sequence.kv, sequence.logits)
+        sequence.kv = sequence.logits = None  # the batch holds them now
+        self._rows.append(sequence)
+
+    def _keep(self, rows: list[int]) -> None:
+        self._batch.keep(rows)
+        self._rows = [self._rows[i] for i in rows]
 
     def _pick(self, logits: torch.Tensor) -> list[int]:
         """Each row's next token from `logits` (rows, vocab), handed to its reader."""
@@ -270,6 +325,7 @@ class BatchDecoder:
         for i, row in enumerate(self._rows):
             token = greedy[i] if row.temperature <= 0 else _sample(logits[i], row)
             row.produced += 1
+            row.request.decoded += 1
             if not row.cancelled:
                 row.tokens.put(token)
             picked.append(token)
@@ -282,68 +338,13 @@ class BatchDecoder:
         return ended
 
     def _step(self, tokens: list[int]) -> None:
-        """Every row one token further: one forward pass over the batch, its time charged to
-        the rows' tenants in equal shares."""
+        """One forward pass over the batch, its time charged to the rows' tenants equally."""
         started = time.perf_counter()
-        device = self._mask.device
-        ids = torch.tensor(tokens, device=device).unsqueeze(1)  # (rows, 1)
-        positions = self._mask.sum(dim=1, keepdim=True)  # (rows, 1): each row's real length
-        self._mask = torch.cat([self._mask, torch.ones_like(positions)], dim=1)
-        if self._padded:
-            out = self.model(
-                ids, cache=self._kv, attention_mask=self._mask, position_ids=positions,
-                use_cache=True,
-            )  # fmt: skip
-        else:  # no row is padded: the model's own positions and causal mask (a faster path)
-            out = self.model(ids, cache=self._kv, use_cache=True)
-        self._kv, self._logits = out.cache, out.logits[:, -1]
+        self._batch.step(tokens)
         self.steps += 1
         share = (time.perf_counter() - started) / len(self._rows)
         for row in self._rows:
-            self.usage.add(row.tenant, share)
-
-    def _admit(self, sequence: _Sequence) -> None:
-        """`sequence` joins the batch as its last row; the narrower side is padded on the left."""
-        assert sequence.logits is not None
-        length = sequence.kv.layers[0].keys.shape[2]
-        mask = torch.ones(1, length, dtype=torch.long, device=sequence.logits.device)
-        if not self._rows:
-            self._kv, self._mask, self._logits = sequence.kv, mask, sequence.logits
-        else:
-            assert self._logits is not None
-            width = max(length, self._mask.shape[1])
-            for layer, new in zip(self._kv.layers, sequence.kv.layers, strict=True):
-                layer.keys = torch.cat([_pad_left(layer.keys, width), _pad_left(new.keys, width)])
-                layer.values = torch.cat(
-                    [_pad_left(layer.values, width), _pad_left(new.values, width)]
-                )
-            self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
-            self._logits = torch.cat([self._logits, sequence.logits])
-        sequence.kv = sequence.logits = None  # the batch holds them now
-        self._rows.append(sequence)
-        self._padded = not bool(self._mask.all())
-
-    def _keep(self, rows: list[int]) -> None:
-        """Only `rows` stay; columns no remaining row uses are cut from the left."""
-        if not rows:
-            self._reset()
-            return
-        index = torch.tensor(rows, device=self._mask.device)
-        used = self._mask[index].any(dim=0)
-        first = int(used.nonzero()[0])
-        for layer in self._kv.layers:
-            layer.keys = layer.keys[index, :, first:]
-            layer.values = layer.values[index, :, first:]
-        self._mask = self._mask[index, first:]
-        assert self._logits is not None
-        self._logits = self._logits[index]
-        self._rows = [self._rows[i] for i in rows]
-        self._padded = not bool(self._mask.all())
-
-    def _reset(self) -> None:
-        """An empty batch (the standing sequences are not touched)."""
-        self._rows, self._kv, self._logits, self._padded = [], None, None, False
-        self._mask = torch.zeros(0, 0, dtype=torch.long)
+            self.usage.add(row.request.tenant, share)
 
 
 def _sample(logits: torch.Tensor, row: _Sequence) -> int:
@@ -358,15 +359,3 @@ def _sample(logits: torch.Tensor, row: _Sequence) -> int:
     draw = torch.rand(1, generator=row.generator, dtype=torch.float64, device=cdf.device)
     # the first token whose CDF passes the draw (scaled to the CDF's own total: never past it)
     return int(torch.searchsorted(cdf, draw * cdf[-1], right=True).clamp_(max=len(cdf) - 1))
-
-
-def _pad_left(tensor: torch.Tensor, width: int) -> torch.Tensor:
-    """`tensor` (rows, ..., positions[, head_dim]) with zeros prepended up to `width` positions:
-    dimension 2 for KV (rows, heads, positions, head_dim), dimension 1 for a mask."""
-    axis = 1 if tensor.dim() == 2 else 2
-    missing = width - tensor.shape[axis]
-    if missing <= 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[axis] = missing
-    return torch.cat([tensor.new_zeros(shape), tensor], dim=axis)

@@ -25,7 +25,7 @@ from models.llm.backend_contract import (
     WarmResult,
     answer_generations,
 )
-from models.llm.batch_decoder import BatchDecoder, default_rows
+from models.llm.batch_decoder import BatchDecoder, Request, default_rows
 
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
@@ -167,11 +167,12 @@ class HFBackend:
         tokens = self.encode(prompt)[: self.context_tokens - room]
         if not tokens:
             raise ValueError("cannot warm an empty prompt")
-        prefill = self._prefill(tenant, tokens, cache, need_logits=store_response)
         response = None
-        if store_response:
-            ids, _ = self._generate(prefill, self.response_tokens, 0.0, None, tenant=tenant)
-            response = self.tokenizer.decode(ids, skip_special_tokens=True)
+        with self.decoder.request(tenant) as request:  # (its turns on the model)
+            prefill = self._prefill(request, tokens, cache, need_logits=store_response)
+            if store_response:
+                ids, _ = self._generate(request, prefill, self.response_tokens, 0.0, None)
+                response = self.tokenizer.decode(ids, skip_special_tokens=True)
         if response is not None and cache is not None and stamp is not None:
             cache.put(key, response.encode(), template=template, generations=stamp)
         return WarmResult(
@@ -205,12 +206,13 @@ class HFBackend:
                 f"prompt of {len(tokens)} tokens plus max_tokens {max_tokens} does not fit the "
                 f"context of {self.context_tokens} tokens (and a prompt must not be empty)"
             )
-        prefill = self._prefill(tenant, tokens, cache, need_logits=True, session=session)
-        on_ids = None
-        if listener is not None:
-            listener.started(prefill.cached_tokens)
-            on_ids = self._text_deltas(listener)
-        ids, finish = self._generate(prefill, max_tokens, temperature, seed, on_ids, tenant)
+        with self.decoder.request(tenant) as request:  # (its turns on the model)
+            prefill = self._prefill(request, tokens, cache, need_logits=True, session=session)
+            on_ids = None
+            if listener is not None:
+                listener.started(prefill.cached_tokens)
+                on_ids = self._text_deltas(listener)
+            ids, finish = self._generate(request, prefill, max_tokens, temperature, seed, on_ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Completion(
             text, len(tokens), len(ids), prefill.cached_tokens, prefill.pages_stored, finish
@@ -218,7 +220,7 @@ class HFBackend:
 
     def _prefill(
         self,
-        tenant: str,
+        request: Request,
         tokens: list[int],
         cache: HybridCache | None,
         need_logits: bool,
@@ -229,11 +231,12 @@ class HFBackend:
 
         The KV restored covers at most `tokens[:-1]`: next-token logits need at least one
         token computed (as in vLLM, a fully cached prompt still recomputes its last page).
-        The forward pass is one of `tenant`'s turns on the model's decoder thread; the cache's
+        The forward pass is one of `request`'s turns on the model's decoder thread; the cache's
         reads and writes happen on the caller's thread, around it.
         """
         import torch
 
+        tenant = request.tenant
         keys = page_keys(tenant, self.model_id, tokens)
         present = cache.longest_prefix(keys) if cache is not None else 0
         if present == len(keys) and not need_logits:
@@ -245,7 +248,7 @@ class HFBackend:
             kv = _to_device(kv, self.device)
         ids = torch.tensor([tokens[reused:]], device=self.device)
         out = self.decoder.forward(
-            tenant, lambda: self.model(ids, cache=kv, use_cache=True, logits_to_keep=1)
+            request, lambda: self.model(ids, cache=kv, use_cache=True, logits_to_keep=1)
         )
         stored = 0
         if cache is not None:
@@ -285,12 +288,12 @@ class HFBackend:
 
     def _generate(
         self,
+        request: Request,
         prefill: _Prefill,
         max_tokens: int,
         temperature: float,
         seed: int | None,
         on_ids: Callable[[list[int]], bool] | None = None,
-        tenant: str = "default",
     ) -> tuple[list[int], str]:
         """Greedy (temperature 0) or sampled decoding from a prefill, in the decoder's batch
         with every other request's (`BatchDecoder.decode`); `on_ids(ids so far)` after each
@@ -302,7 +305,7 @@ class HFBackend:
         """
         ids: list[int] = []
         tokens = self.decoder.decode(
-            tenant, prefill.kv, prefill.logits, max_tokens, temperature, seed
+            request, prefill.kv, prefill.logits, max_tokens, temperature, seed
         )
         try:
             for token in tokens:

@@ -1,6 +1,7 @@
-"""`BatchDecoder`: batched sequences decode what each would alone, the least-used tenant is served
-first (prefills and seats), a sequence set aside resumes where it was, a reader that stops takes
-its row out, and a failing job fails its caller only. `TenantUsage`: decay and forgetting."""
+"""`BatchDecoder`: batched sequences decode what each would alone; requests with fewer tokens
+decoded go first, then the least-used tenant's (prefills and seats); a sequence set aside
+resumes where it was; a reader that stops takes its row out; a failing job fails its caller
+only. `TenantUsage`: decay and forgetting."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 from helpers import FakeClock, wait_until
 
-from models.llm.batch_decoder import BatchDecoder, default_rows
+from models.llm.batch_decoder import QUANTUM_TOKENS, BatchDecoder, Request, default_rows
 from models.llm.tenant_usage import TenantUsage
 from models.tiny_llm import build_tiny_gpt2
 
@@ -46,12 +47,13 @@ PROMPTS = [list(range(5, 9)), list(range(100, 160)), list(range(300, 321)), [7, 
 
 def test_sequences_decoded_together_get_the_tokens_each_gets_alone(model: Any) -> None:
     decoder = BatchDecoder(model, eos=set(), rows=4)
+    requests = [Request(f"t{i % 2}", i) for i in range(4)]
     steps = [30, 12, 25, 40]  # rows leave at different rounds, and join at different ones
     try:
 
         def run(i: int) -> list[int]:
-            kv, logits = decoder.forward(f"t{i % 2}", lambda: _prefill(model, PROMPTS[i]))
-            return list(decoder.decode(f"t{i % 2}", kv, logits, steps[i]))
+            kv, logits = decoder.forward(requests[i], lambda: _prefill(model, PROMPTS[i]))
+            return list(decoder.decode(requests[i], kv, logits, steps[i]))
 
         with ThreadPoolExecutor(4) as pool:
             together = list(pool.map(run, range(4)))
@@ -66,7 +68,7 @@ def test_a_sequence_ends_at_the_end_of_sequence_token(model: Any) -> None:
     decoder = BatchDecoder(model, eos={reference[3]})
     try:
         kv, logits = _prefill(model, PROMPTS[1])
-        got = list(decoder.decode("t", kv, logits, 10))
+        got = list(decoder.decode(Request("t"), kv, logits, 10))
     finally:
         decoder.close()
     assert got == reference[: reference.index(reference[3]) + 1]
@@ -78,7 +80,9 @@ def test_sampling_with_a_seed_repeats_and_differs_from_greedy(model: Any) -> Non
         runs = []
         for _ in range(2):
             kv, logits = _prefill(model, PROMPTS[0])
-            runs.append(list(decoder.decode("t", kv, logits, 20, temperature=5.0, seed=11)))
+            runs.append(
+                list(decoder.decode(Request("t"), kv, logits, 20, temperature=5.0, seed=11))
+            )
     finally:
         decoder.close()
     assert runs[0] == runs[1]
@@ -91,14 +95,15 @@ def test_prefills_go_to_the_least_used_tenant_first(model: Any) -> None:
     decoder.usage.add("other", 1.0)
     release, order = threading.Event(), []
     try:
-        holder = threading.Thread(target=decoder.forward, args=("holder", release.wait))
+        holder = threading.Thread(target=decoder.forward, args=(Request("holder"), release.wait))
         holder.start()
         wait_until(lambda: decoder._thread is not None and not decoder._jobs)  # holder runs
         arrivals = ["flood", "flood", "flood", "calm", "flood", "other"]
         threads = []
         for i, tenant in enumerate(arrivals):
             thread = threading.Thread(
-                target=decoder.forward, args=(tenant, lambda t=tenant: order.append(t))
+                target=decoder.forward,
+                args=(Request(tenant, i), lambda t=tenant: order.append(t)),
             )
             thread.start()
             threads.append(thread)
@@ -116,10 +121,10 @@ def test_a_reader_that_stops_takes_its_row_out_of_the_batch(model: Any) -> None:
     decoder = BatchDecoder(model, eos=set())
     try:
         kv, logits = _prefill(model, PROMPTS[1])
-        long_one = decoder.decode("flood", kv, logits, 400)
+        long_one = decoder.decode(Request("flood"), kv, logits, 400)
         first = [next(long_one) for _ in range(3)]
         kv, logits = _prefill(model, PROMPTS[2])
-        short = list(decoder.decode("calm", kv, logits, 5))
+        short = list(decoder.decode(Request("calm"), kv, logits, 5))
         long_one.close()
         wait_until(lambda: not decoder._rows)
         steps = decoder.steps
@@ -138,13 +143,13 @@ def test_a_failing_job_fails_its_caller_and_the_decoder_goes_on(model: Any) -> N
             raise ValueError("bad prompt")
 
         with pytest.raises(ValueError, match="bad prompt"):
-            decoder.forward("t", broken)
-        kv, logits = decoder.forward("t", lambda: _prefill(model, PROMPTS[0]))
-        assert list(decoder.decode("t", kv, logits, 4)) == _alone(model, PROMPTS[0], 4)
+            decoder.forward(Request("t"), broken)
+        kv, logits = decoder.forward(Request("t"), lambda: _prefill(model, PROMPTS[0]))
+        assert list(decoder.decode(Request("t"), kv, logits, 4)) == _alone(model, PROMPTS[0], 4)
     finally:
         decoder.close()
     with pytest.raises(RuntimeError, match="closed"):
-        decoder.forward("t", lambda: None)
+        decoder.forward(Request("t"), lambda: None)
 
 
 class RecordingDecoder(BatchDecoder):
@@ -153,20 +158,25 @@ class RecordingDecoder(BatchDecoder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.seated: list[list[str]] = []
+        self.admitted: list[int] = []  # the arrivals of the requests seated, in order
 
     def _step(self, tokens: list[int]) -> None:
-        self.seated.append([row.tenant for row in self._rows])
+        self.seated.append([row.request.tenant for row in self._rows])
         super()._step(tokens)
+
+    def _admit(self, sequence: Any) -> None:
+        self.admitted.append(sequence.request.arrival)
+        super()._admit(sequence)
 
 
 def test_a_quiet_tenant_decodes_alone_while_the_busy_one_stands_and_resumes(model: Any) -> None:
     decoder = RecordingDecoder(model, eos=set(), rows=1)
     try:
         kv, logits = _prefill(model, PROMPTS[1])
-        flood = decoder.decode("flood", kv, logits, 60)
+        flood = decoder.decode(Request("flood"), kv, logits, 60)
         first = [next(flood) for _ in range(5)]  # flood is seated, and has used the model
         kv, logits = _prefill(model, PROMPTS[2])
-        calm = list(decoder.decode("calm", kv, logits, 6))
+        calm = list(decoder.decode(Request("calm"), kv, logits, 6))
         rest = list(flood)
     finally:
         decoder.close()
@@ -177,16 +187,35 @@ def test_a_quiet_tenant_decodes_alone_while_the_busy_one_stands_and_resumes(mode
     assert first + rest == _alone(model, PROMPTS[1], 60)  # set aside and back, same tokens
 
 
+def test_a_new_request_goes_before_one_that_has_decoded_many_tokens(model: Any) -> None:
+    decoder = RecordingDecoder(model, eos=set(), rows=1)
+    try:
+        long_request, short_request = Request("t", 1), Request("t", 2)  # one tenant
+        kv, logits = _prefill(model, PROMPTS[1])
+        long_one = decoder.decode(long_request, kv, logits, 80)
+        first = [next(long_one) for _ in range(4 * QUANTUM_TOKENS)]
+        assert long_request.level == 3 and short_request.level == 0
+        short = list(decoder.decode(short_request, *_prefill(model, PROMPTS[2]), 6))
+        rest = list(long_one)
+    finally:
+        decoder.close()
+    steps = [i for i, seated in enumerate(decoder.seated) if seated == ["t"]]
+    assert short == _alone(model, PROMPTS[2], 6)
+    assert first + rest == _alone(model, PROMPTS[1], 80)
+    assert len(steps) == len(decoder.seated)  # (one tenant: every step is "t")
+    assert decoder.admitted[1:3] == [2, 1]  # the short one took the seat, then gave it back
+
+
 def test_two_rows_set_aside_from_a_batch_resume_with_their_own_tokens(model: Any) -> None:
     decoder = BatchDecoder(model, eos=set(), rows=2)
     try:
         floods = []
         for prompt in PROMPTS[:2]:
             kv, logits = _prefill(model, prompt)
-            floods.append(decoder.decode("flood", kv, logits, 30))
+            floods.append(decoder.decode(Request("flood"), kv, logits, 30))
         firsts = [[next(f) for _ in range(4)] for f in floods]
         wait_until(lambda: len(decoder._rows) == 2)
-        calms = [decoder.decode("calm", *_prefill(model, p), 5) for p in PROMPTS[2:]]
+        calms = [decoder.decode(Request("calm"), *_prefill(model, p), 5) for p in PROMPTS[2:]]
         calm_tokens = [list(c) for c in calms]  # two calm rows take both seats
         rests = [list(f) for f in floods]
     finally:
