@@ -1,14 +1,14 @@
 """Each tenant's recent share of the model: its model time, decayed with a half-life.
 
-The decoder (`batch_decoder.py`) serves the tenant that has used the model least first (least
-attained service): a tenant that sends a short request now and then finds the model almost as
-if it were alone, while a tenant that keeps it busy has a large usage and waits the few
-milliseconds the short request takes. Decay makes the order fair over time: two tenants that
-both keep the model busy come to equal usage, and then take turns.
+The decoder (`batch_decoder.py`) serves, among requests that have decoded as many tokens, the
+tenant that has used the model least first: a tenant that sends requests now and then finds the
+model almost as if it were alone, while a tenant that keeps it busy has a large usage and waits.
+Decay makes the order fair over time: two tenants that both keep the model busy come to equal
+usage, and then take turns.
 
-Rather than a per-request FIFO or turns in rotation between tenants: both give every tenant with
-work an equal share of each moment, so a short request costs twice its idle time next to a flood
-(measured with `benchmarks/gateway_abuse.py`: 3.8x at p95 with turns in rotation).
+Rather than turns in rotation between tenants: that gives every tenant with work an equal share
+of each moment, so a short request cost twice its idle time next to a flood (measured with
+`benchmarks/gateway_abuse.py`: 3.8x at p95).
 """
 
 from __future__ import annotations

@@ -58,6 +58,8 @@ def open_runner(config: GatewayConfig) -> Runner:
         config.model_path, config.mlflow_uri, config.data_dir, device=config.device,
         purpose="to serve",
     )  # fmt: skip
+    if config.decode_rows is not None:
+        backend.decoder.rows = config.decode_rows  # (read by the decoder at each round)
     return InProcessRunner(backend)
 
 

@@ -71,6 +71,8 @@ class GatewayConfig(BaseSettings):
         max_body_bytes: larger request bodies get 413 before they are read (`limits.py`).
         tenant_concurrency / tenant_queue / retry_after_s: generation requests of one tenant
             running at once, waiting beyond those, and the `Retry-After` of the 429 past both.
+        decode_rows: sequences the in-process model decodes in one forward pass (None: by
+            device, 1 on a CPU and 32 on a GPU: `models.llm.batch_decoder`).
         max_embedding_inputs / max_embedding_input_chars: per embeddings request, and per input
             (besides the encoder's own limit of 256 word pieces): 400 beyond, never a cut.
     """
@@ -122,6 +124,7 @@ class GatewayConfig(BaseSettings):
     tenant_concurrency: int = Field(default=2, ge=1)
     tenant_queue: int = Field(default=8, ge=0)
     retry_after_s: int = Field(default=1, ge=1)
+    decode_rows: int | None = Field(default=None, ge=1)
     max_embedding_inputs: int = Field(default=256, ge=1, le=2048)
     max_embedding_input_chars: int = Field(default=8192, ge=1)
 

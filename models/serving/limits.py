@@ -6,8 +6,9 @@
 - **Model work per tenant** (`TenantSlots`): at most `concurrent` generation requests of one
   tenant run at once, at most `queued` more wait for a slot (in arrival order), and any more
   get 429 with `Retry-After`: one tenant's flood queues behind itself, not in front of another
-  tenant's requests. The model itself still runs one generation at a time (its lock): another
-  tenant waits at most for the generation running when it arrives.
+  tenant's requests. The in-process model then serves the requests with the fewest tokens
+  decoded first, and among equals the tenant that has used it least (`models.llm.batch_decoder`):
+  a short request does not wait for a long generation to finish.
 - Prompt tokens against the context, `max_tokens` and embedding inputs are checked where they
   are known (the runner, `EmbeddingService`), before any model work, with the parameter named.
 """

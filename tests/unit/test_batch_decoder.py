@@ -248,3 +248,20 @@ def test_usage_halves_every_half_life_and_is_forgotten_when_tiny() -> None:
     assert "a" not in usage._used and len(usage._used) <= 70
     with pytest.raises(ValueError):
         TenantUsage(half_life_s=0)
+
+
+def test_the_gateway_setting_reaches_the_models_decoder(model_dir: Any, tmp_path: Any) -> None:
+    from pydantic import ValidationError
+
+    from models.serving.assembly import open_runner
+    from models.serving.config import GatewayConfig
+
+    for rows, expected in ((None, 1), (3, 3)):  # (None: by device, and this is a CPU)
+        config = GatewayConfig(model_path=model_dir, data_dir=tmp_path, decode_rows=rows)
+        runner = open_runner(config)
+        try:
+            assert runner.backend.decoder.rows == expected  # type: ignore[attr-defined]
+        finally:
+            runner.close()
+    with pytest.raises(ValidationError, match="decode_rows"):
+        GatewayConfig(model_path=model_dir, data_dir=tmp_path, decode_rows=0)
