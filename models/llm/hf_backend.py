@@ -77,8 +77,8 @@ class HFBackend:
     """A Hugging Face causal LM in this process, warming KV pages into a `HybridCache`.
 
     The executor's and the gateway's threads share one backend: every forward pass runs on its
-    `BatchDecoder`'s thread, prefills one at a time with tenants in rotation, and decoding
-    batched across requests (`batch_decoder.py`).
+    `BatchDecoder`'s thread, requests with the fewest tokens decoded first, then the least-used
+    tenant's, decoding batched across requests where the device gains by it (`batch_decoder.py`).
     """
 
     name = "hf"
