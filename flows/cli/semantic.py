@@ -9,8 +9,6 @@ import typer
 
 from flows.cli.common import CliError, stderr, write_json
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "prompts"
-
 
 def bench_semantic_command(
     pairs: Annotated[
@@ -39,6 +37,7 @@ def bench_semantic_command(
     from models.evaluation.bench.semantic_bench import bench_semantic
     from models.templates.pairs import build_guard_pairs, load_corpus, read_pairs
     from models.templates.substitutions import build_substitution_pairs
+    from models.templates.workload import default_prompts_dir
 
     try:
         labelled = read_pairs(pairs)
@@ -47,7 +46,7 @@ def bench_semantic_command(
         raise CliError(f"{err.filename}: no such file") from None
     except ValueError as err:
         raise CliError(str(err)) from None
-    source = prompts if prompts is not None else DEFAULT_PROMPTS
+    source = prompts if prompts is not None else default_prompts_dir()
     if prompts is not None and not prompts.is_dir():
         raise CliError(f"--prompts {prompts}: not a directory")
     corpus = load_corpus(source if source.is_dir() else None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DEFAULT_SHARED_DATA = Path(__file__).parents[2] / ".." / "shared" / "data"
+DEFAULT_SHARED_DATA = Path(__file__).parents[3] / ".." / "shared" / "data"  # beside the checkout
 
 
 def add_shared_argument(parser: argparse.ArgumentParser) -> None:
