@@ -2,6 +2,6 @@
 
 Keys and generations, the tiers and `HybridCache`, eviction policies and the policy simulator,
 KV pages, heat scoring, settings, the embedded redis-server and supervised child processes, the
-request-log stream, the node's cache factory, trace readers and tracing. torch is needed only by
-the KV-page code.
+request-log stream, the node's cache factory, trace readers and tracing, and the gateway's
+model-free serving pieces (`serving/`). torch is needed only by the KV-page code.
 """

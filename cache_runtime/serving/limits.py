@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from models.serving.schemas import GatewayError
+from cache_runtime.serving.schemas import GatewayError
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

@@ -3,8 +3,8 @@
 Unknown fields are kept (`extra="allow"`), not dropped: a field the gateway does not know may
 change the answer (`logit_bias`, `response_format`), so it is forwarded to an upstream server
 and made part of the response-cache key there, and refused by the in-process model, which
-cannot honour it (see `validity.py`). Silently ignoring it would cache — and serve — an answer
-to a different request.
+cannot honour it (see `models/serving/validity.py`). Silently ignoring it would cache — and
+serve — an answer to a different request.
 """
 
 from __future__ import annotations

@@ -151,8 +151,8 @@ def _app(settings: Any, redis_url: str | None, given: dict[str, Any]) -> Any:
     """The app, or a one-line `CliError` for what a user can fix."""
     from pydantic import ValidationError
 
+    from cache_runtime.serving.auth import KeyFileError
     from flows.gateway import GatewayConfig, create_app
-    from models.serving.auth import KeyFileError
 
     try:
         gateway_config = GatewayConfig(

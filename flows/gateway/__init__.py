@@ -4,8 +4,8 @@ node cache warm-up fills (issue 9). `create_app(GatewayConfig(...))` gives the F
 
 from __future__ import annotations
 
+from cache_runtime.serving.auth import KeyRing
+from cache_runtime.serving.config import GatewayConfig
 from flows.gateway.app import CACHE_HEADER, KEY_HEADER, create_app
-from models.serving.auth import KeyRing
-from models.serving.config import GatewayConfig
 
 __all__ = ["CACHE_HEADER", "KEY_HEADER", "GatewayConfig", "KeyRing", "create_app"]

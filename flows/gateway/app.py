@@ -36,12 +36,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cache_runtime.node_cache import EMBEDDING_MODEL_ID
-from flows.gateway import openai_format as fmt
-from models.serving.assembly import build_gateway
-from models.serving.embeddings import encoded
-from models.serving.limits import BodyLimit
-from models.serving.metrics import exposition
-from models.serving.schemas import (
+from cache_runtime.serving.limits import BodyLimit
+from cache_runtime.serving.metrics import exposition
+from cache_runtime.serving.schemas import (
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
@@ -51,13 +48,16 @@ from models.serving.schemas import (
     InvalidateRequest,
     bad_request,
 )
+from flows.gateway import openai_format as fmt
+from models.serving.assembly import build_gateway
+from models.serving.embeddings import encoded
 from models.serving.service import opted_out
 from models.serving.streaming import StreamSink
 from models.templates.embeddings import DIMENSIONS
 
 if TYPE_CHECKING:
+    from cache_runtime.serving.config import GatewayConfig
     from models.serving.chain import Served
-    from models.serving.config import GatewayConfig
     from models.serving.service import Gateway
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from typing import Any
 
 import orjson
 
+from cache_runtime.serving.schemas import GatewayError
 from models.serving.chain import Served
-from models.serving.schemas import GatewayError
 
 _PIECES = re.compile(r"\s*\S+|\s+$")  # words with their leading whitespace; trailing blanks
 DONE = b"data: [DONE]\n\n"

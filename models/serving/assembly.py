@@ -22,23 +22,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cache_runtime import telemetry
-from models.serving.auth import KeyRing
+from cache_runtime.serving.auth import KeyRing
+from cache_runtime.serving.limits import TenantSlots
+from cache_runtime.serving.metrics import GatewayMetrics
+from cache_runtime.serving.warmed import WarmupLedgers
 from models.serving.chain import Chain
 from models.serving.embeddings import EmbeddingService, MiniLM
-from models.serving.limits import TenantSlots
-from models.serving.metrics import GatewayMetrics
 from models.serving.runners import InProcessRunner, Runner, UpstreamRunner
 from models.serving.semantic import SemanticLayer
 from models.serving.service import Gateway
 from models.serving.signals import ForecastLoader, Signals, SignalSettings
-from models.serving.warmed import WarmupLedgers
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from cache_runtime.hybrid import HybridCache
     from cache_runtime.request_stream import RequestLogProducer
-    from models.serving.config import GatewayConfig
+    from cache_runtime.serving.config import GatewayConfig
     from models.templates.mined import MinedTemplates
 
 _T = TypeVar("_T")

@@ -20,7 +20,7 @@ from opentelemetry import trace
 
 from cache_runtime.keys import EmbeddingKey
 from cache_runtime.node_cache import EMBEDDING_MODEL_ID
-from models.serving.schemas import bad_request
+from cache_runtime.serving.schemas import bad_request
 from models.templates.embeddings import DIMENSIONS
 
 MAX_WORD_PIECES = 256  # MiniLM's max_seq_length, special tokens included: it cuts the rest

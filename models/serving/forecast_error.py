@@ -28,7 +28,7 @@ from collections import Counter
 import pandas as pd
 
 from cache_runtime.prefix_hash import PAGE_TOKENS, chain_block_hashes
-from models.serving.windows import Clock
+from cache_runtime.serving.windows import Clock
 
 TOTAL, OTHER = "__total__", "__other__"
 _EPOCH = pd.Timestamp(0, tz="UTC")

@@ -27,7 +27,7 @@ import httpx
 import orjson
 
 from cache_runtime.prefix_hash import chain_block_hashes, token_blocks
-from models.serving.schemas import GatewayError, Message, bad_request
+from cache_runtime.serving.schemas import GatewayError, Message, bad_request
 from models.serving.streaming import GenerationCancelled, StopScanner
 from models.serving.validity import Decoding, check_in_process
 

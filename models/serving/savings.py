@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.serving.windows import Clock, DecayedSum
+from cache_runtime.serving.windows import Clock, DecayedSum
 
 _PENDING_LIMIT = 10_000
 

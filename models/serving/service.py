@@ -18,11 +18,9 @@ from opentelemetry import trace
 
 from cache_runtime.generations import GenerationsUnavailable
 from cache_runtime.keys import parse_key
-from models.serving.auth import KeyRing, Principal, bearer
-from models.serving.chain import Chain, Served
-from models.serving.limits import TenantSlots
-from models.serving.runners import Job, prefix_hashes
-from models.serving.schemas import (
+from cache_runtime.serving.auth import KeyRing, Principal, bearer
+from cache_runtime.serving.limits import TenantSlots
+from cache_runtime.serving.schemas import (
     SESSION_ID,
     ChatRequest,
     CompletionRequest,
@@ -32,13 +30,15 @@ from models.serving.schemas import (
     InvalidateRequest,
     bad_request,
 )
+from models.serving.chain import Chain, Served
+from models.serving.runners import Job, prefix_hashes
 from models.serving.validity import decoding_of
 
 if TYPE_CHECKING:
     from cache_runtime.hybrid import HybridCache
     from cache_runtime.request_stream import RequestLogProducer
+    from cache_runtime.serving.metrics import GatewayMetrics
     from models.serving.embeddings import EmbeddingService
-    from models.serving.metrics import GatewayMetrics
     from models.serving.signals import Signals
     from models.serving.streaming import AnswerSink
 

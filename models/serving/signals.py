@@ -1,9 +1,10 @@
-"""`Signals`: what the gateway observes, turned into the twelve metrics of `metrics.py`.
+"""`Signals`: what the gateway observes, turned into the twelve metrics of
+`cache_runtime/serving/metrics.py`.
 
 The chain reports lookups and hits as they happen; the service reports each finished request
 (`generation`, `embeddings`) and the app its latency (`finished`). Who wrote a hit's entry comes
-from the warm-up ledgers (`warmed.py`), what it saved from the timed model calls
-(`savings.py`), the forecast error from the champion's forecast (`forecast_error.py`). The
+from the warm-up ledgers (`cache_runtime/serving/warmed.py`), what it saved from the timed model
+calls (`savings.py`), the forecast error from the champion's forecast (`forecast_error.py`). The
 scrape-time gauges are computed in `samples`; definitions and meanings are in `metrics.py`.
 """
 
@@ -19,17 +20,17 @@ from typing import TYPE_CHECKING, Literal
 
 from cache_runtime.keys import EmbeddingKey
 from cache_runtime.node_cache import EMBEDDING_MODEL_ID
+from cache_runtime.serving.metrics import GatewayMetrics, Samples, tenant_label
+from cache_runtime.serving.system import accelerator_memory
+from cache_runtime.serving.windows import Clock, RecentLatencies, SlidingCounts, quantile
 from models.serving.forecast_error import ForecastError, demand_key, first_block_hash
-from models.serving.metrics import GatewayMetrics, Samples, tenant_label
 from models.serving.savings import Roi, Savings
-from models.serving.system import accelerator_memory
-from models.serving.windows import Clock, RecentLatencies, SlidingCounts, quantile
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from cache_runtime.serving.warmed import WarmupLedgers
     from models.serving.chain import Served
-    from models.serving.warmed import WarmupLedgers
 
 MODEL_ANSWERED = frozenset({"miss", "prefix", "bypass", "canary"})
 ForecastLoader = Callable[[], "tuple[pd.DataFrame, float] | None"]  # (KeyForecast, bucket s)

@@ -33,8 +33,8 @@ from typing import Any
 
 import orjson
 
+from cache_runtime.serving.schemas import ChatRequest, GenerationRequest, bad_request
 from models.llm.backends import DEFAULT_RESPONSE_TOKENS
-from models.serving.schemas import ChatRequest, GenerationRequest, bad_request
 
 _NO_OPS = (None, False, 0, "", [], {})  # values of unknown fields that change nothing
 

@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_every_one_of_the_twelve_metrics_is_exported(gw: Running) -> None:
-    from models.serving.metrics import HELP
+    from cache_runtime.serving.metrics import HELP
 
     complete(gw, unique("What is the overdraft limit?"))
     text = httpx.get(f"{gw.url}/metrics").text
@@ -75,8 +75,8 @@ def test_requests_cache_lookups_and_model_calls_are_spans_and_off_means_none(
     from opentelemetry import trace
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from cache_runtime.serving.metrics import tenant_label
     from cache_runtime.telemetry import TracingSettings, build_provider
-    from models.serving.metrics import tenant_label
 
     assert isinstance(gw.app.state.gateway.tracer, trace.NoOpTracer)  # the default: off
     exporter = InMemorySpanExporter()

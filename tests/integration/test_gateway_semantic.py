@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from gateway_support import EMBEDDING_MODEL, Running, chat, complete, unique
 
+from cache_runtime.serving.config import DEFAULT_SEMANTIC_THRESHOLD
 from flows.gateway import CACHE_HEADER
-from models.serving.config import DEFAULT_SEMANTIC_THRESHOLD
 from models.serving.embeddings import MiniLM
 from models.templates.guards import guards_pass
 from models.templates.semantic import normalise

@@ -253,8 +253,8 @@ def test_usage_halves_every_half_life_and_is_forgotten_when_tiny() -> None:
 def test_the_gateway_setting_reaches_the_models_decoder(model_dir: Any, tmp_path: Any) -> None:
     from pydantic import ValidationError
 
+    from cache_runtime.serving.config import GatewayConfig
     from models.serving.assembly import open_runner
-    from models.serving.config import GatewayConfig
 
     for rows, expected in ((None, 1), (3, 3)):  # (None: by device, and this is a CPU)
         config = GatewayConfig(model_path=model_dir, data_dir=tmp_path, decode_rows=rows)

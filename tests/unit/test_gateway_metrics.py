@@ -17,17 +17,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from cache_runtime.keys import EmbeddingKey, ExactKey
 from cache_runtime.kv_pages import PAGE_TOKENS
 from cache_runtime.node_cache import EMBEDDING_MODEL_ID
+from cache_runtime.serving.metrics import DERIVED, HELP, GatewayMetrics, tenant_label
+from cache_runtime.serving.system import accelerator_memory
+from cache_runtime.serving.warmed import WarmupLedgers
+from cache_runtime.serving.windows import DecayedSum, SlidingCounts, quantile
 from models.features.demand import demand_keys
 from models.llm.backends import WarmResult
 from models.serving.chain import Served
 from models.serving.forecast_error import ForecastError, demand_key, first_block_hash
-from models.serving.metrics import DERIVED, HELP, GatewayMetrics, tenant_label
 from models.serving.runners import prefix_hashes
 from models.serving.savings import ModelCost, Roi, Savings
 from models.serving.signals import Signals, SignalSettings
-from models.serving.system import accelerator_memory
-from models.serving.warmed import WarmupLedgers
-from models.serving.windows import DecayedSum, SlidingCounts, quantile
 from models.warmup.execute import WarmItem, WarmLedger
 
 MODEL = "tiny-model"

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cache_runtime.serving.auth import KeyFileError, KeyRing, bearer
+from cache_runtime.serving.schemas import ChatRequest, CompletionRequest, GatewayError, Message
 from flows.gateway.openai_format import pieces
-from models.serving.auth import KeyFileError, KeyRing, bearer
 from models.serving.runners import apply_stop, chat_parts
-from models.serving.schemas import ChatRequest, CompletionRequest, GatewayError, Message
 from models.serving.validity import (
     Decoding,
     check_in_process,

@@ -12,8 +12,8 @@ import httpx
 import orjson
 import pytest
 
+from cache_runtime.serving.schemas import GatewayError
 from models.serving.runners import Job, UpstreamRunner
-from models.serving.schemas import GatewayError
 from models.serving.streaming import GenerationCancelled
 from models.serving.validity import Decoding
 
