@@ -68,22 +68,20 @@ def streaming(url: str, model: str, streams: int, tokens: int) -> dict[str, Any]
     }  # fmt: skip
 
 
-async def _calm(url: str, model: str, n: int) -> list[float]:
+async def _calm(http: httpx.AsyncClient, model: str, n: int) -> list[float]:
     times = []
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer sk-calm"},
-                                 timeout=120) as http:  # fmt: skip
-        for i in range(n):
-            body = {"model": model, "prompt": f"Calm {uuid.uuid4().hex} {i}?", "max_tokens": 8,
-                    "temperature": 0}  # fmt: skip
-            started = time.perf_counter()
-            reply = await http.post("/v1/completions", json=body)
-            reply.raise_for_status()
-            times.append(time.perf_counter() - started)
+    for i in range(n):
+        body = {"model": model, "prompt": f"Calm {uuid.uuid4().hex} {i}?", "max_tokens": 8,
+                "temperature": 0}  # fmt: skip
+        started = time.perf_counter()
+        reply = await http.post("/v1/completions", json=body)
+        reply.raise_for_status()
+        times.append(time.perf_counter() - started)
     return times
 
 
 async def _flood(
-    url: str, model: str, context: int, stop: asyncio.Event
+    http: httpx.AsyncClient, model: str, context: int, stop: asyncio.Event
 ) -> list[tuple[int, float]]:
     big = b'{"model": "m", "prompt": "' + b"x" * (2 << 20) + b'"}'
     kinds = [
@@ -102,26 +100,35 @@ async def _flood(
         ),
     ]
     seen: list[tuple[int, float]] = []
-    headers = {"Authorization": "Bearer sk-flood", "content-type": "application/json"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as http:
-        n = 0
-        while not stop.is_set():
-            _, options = kinds[n % len(kinds)]
-            n += 1
-            started = time.perf_counter()
-            reply = await http.post("/v1/completions", **options)
-            seen.append((reply.status_code, time.perf_counter() - started))
+    n = 0
+    while not stop.is_set():
+        _, options = kinds[n % len(kinds)]
+        n += 1
+        started = time.perf_counter()
+        reply = await http.post("/v1/completions", **options)
+        seen.append((reply.status_code, time.perf_counter() - started))
     return seen
 
 
 async def fairness(url: str, model: str, context: int, calm: int, flooders: int) -> dict[str, Any]:
-    idle = await _calm(url, model, calm)
+    # Every client is built before any request is timed: building one blocks this event loop for
+    # ~20 ms (httpx loads its TLS context), which a request already under way would count.
+    calm_client = httpx.AsyncClient(
+        base_url=url, headers={"Authorization": "Bearer sk-calm"}, timeout=120
+    )
+    headers = {"Authorization": "Bearer sk-flood", "content-type": "application/json"}
+    clients = [
+        httpx.AsyncClient(base_url=url, headers=headers, timeout=120) for _ in range(flooders)
+    ]
+    idle = await _calm(calm_client, model, calm)
     stop = asyncio.Event()
-    floods = [asyncio.create_task(_flood(url, model, context, stop)) for _ in range(flooders)]
+    floods = [asyncio.create_task(_flood(http, model, context, stop)) for http in clients]
     await asyncio.sleep(1.0)  # the flood under way
-    loaded = await _calm(url, model, calm)
+    loaded = await _calm(calm_client, model, calm)
     stop.set()
     seen = [s for task in floods for s in await task]
+    for http in [calm_client, *clients]:
+        await http.aclose()
     refused = [s for s in seen if s[0] in (400, 413, 429)]
     refusal_ms = {
         str(code): round(_p([t for c, t in seen if c == code], 0.95) * 1000, 1)
