@@ -1,0 +1,96 @@
+"""`benchmarks/robustness.py` (issue 21 part 5): one JSON object on a tiny generated trace, skipped
+entries (not tracebacks) without the shared data, one line and exit 2 on a bad flag. No timings."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import orjson
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "robustness.py"
+
+
+@pytest.fixture(scope="module")
+def robustness() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("robustness_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_lirs(path: Path, n: int = 3000, seed: int = 0) -> None:
+    """A small LIRS trace (one block number per line, gzipped) with a skewed popularity."""
+    rng = np.random.default_rng(seed)
+    keys = rng.zipf(1.2, n) % 600
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress("\n".join(map(str, keys.tolist())).encode()))
+
+
+def test_quick_cache_on_a_generated_trace(
+    robustness: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_lirs(tmp_path / "cache_traces" / "lirs" / "multi2.trace.gz")
+    assert robustness.main(["--quick", "--only", "cache", "--shared", str(tmp_path)]) == 0
+    out = orjson.loads(capsys.readouterr().out)
+    cells = out["cache"]["traces"]["multi2.trace.gz"]["cells"]
+    assert set(cells) == {"0.05", "0.1"}
+    for cell in cells.values():
+        assert 0 <= cell["preheat"] <= cell["Belady"] + 1e-9
+        assert cell["best_online_policy"] != "Belady"
+        assert cell["ratio_to_best_online"] == pytest.approx(
+            cell["preheat"] / cell["best_online"], abs=1e-3
+        )
+    worst = out["worst"]["cache_ratio_to_best_online"]
+    assert worst["ratio_to_best_online"] == min(c["ratio_to_best_online"] for c in cells.values())
+    assert worst["where"].startswith("multi2.trace.gz @ ")
+    assert isinstance(out["goals"]["cache_never_below_lru"], bool)
+    assert "seconds" in out and "seconds" in out["cache"]
+
+
+def test_missing_shared_gives_skipped_entries(
+    robustness: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere"
+    assert robustness.main(["--quick", "--shared", str(missing)]) == 0
+    out = orjson.loads(capsys.readouterr().out)
+    entries = [
+        *out["cache"]["traces"].values(),
+        *out["forecast"]["series"].values(),
+        *out["hotset"]["windows"].values(),
+    ]
+    assert entries and all("not found" in entry["skipped"] for entry in entries)
+    assert out["worst"] == {
+        "cache_ratio_to_best_online": None,
+        "forecast_mase_ratio": None,
+        "hotset_recall_ratio": None,
+    }
+    assert out["goals"]["cache_never_below_lru"] is None
+
+
+def test_unreadable_trace_is_skipped_with_the_reason(
+    robustness: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "cache_traces" / "lirs" / "multi2.trace.gz"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(gzip.compress(b"12\nnot-a-key\n"))
+    assert robustness.main(["--quick", "--only", "cache", "--shared", str(tmp_path)]) == 0
+    entry = orjson.loads(capsys.readouterr().out)["cache"]["traces"]["multi2.trace.gz"]
+    assert "line 2" in entry["skipped"]
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["--only", "nope"], ["--horizon", "0"]])
+def test_bad_flag_exits_2_with_one_line(
+    robustness: ModuleType, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        robustness.main(argv)
+    assert done.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.strip().splitlines()) == 1
