@@ -140,7 +140,7 @@ def store_prefix(
 
     `turn`: the request's turn in its conversation, when the application knows it. From the
     second turn on, a conversation is live and its next turn reads these pages again, so they
-    go in with `Hint.CONVERSATION` (measured by `preheat bench cache`: `preheat_app_hints`).
+    go in with `Hint.CONVERSATION` (measured by `preheat bench cache`: `preheat_session_turn`).
     `session`: the conversation's id, when the application has one: the stored pages count as
     read by it, so that `cache.end_session(tenant, session)` can cool them.
     `first`: the first page to store, when the caller knows the ones before it are cached

@@ -7,7 +7,7 @@ document) must not be cooled: they are the cache's best entries. The application
 session ids but not which pages other sessions share; this tracker does, from the reads it is
 shown — only the past, as an application would.
 
-Measured by `preheat bench cache` (`preheat_app_hints`, the Mooncake trace): cooling the ended
+Measured by `preheat bench cache` (the end in hindsight, the Mooncake trace): cooling the ended
 conversation's private pages, as here, takes the 10% cache from 0.281 (cooling only the
 conversation's own new blocks) to 0.328, with LRU at 0.260 and Belady at 0.506. Cooling every
 page it read gave 0.365 on that trace, but cools shared prompts on every end: rejected, as a bet

@@ -11,7 +11,12 @@ from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.traces import AccessTrace
 from models.evaluation.bench.cache_bench import bench_cache
-from models.evaluation.bench.conversations import app_hints, find_conversations
+from models.evaluation.bench.conversations import (
+    EndedCall,
+    app_hints,
+    ended_after,
+    find_conversations,
+)
 
 
 def trace_of(requests: list[list[int]]) -> AccessTrace:
@@ -99,11 +104,72 @@ def test_app_hints_of_the_wrong_length_are_rejected() -> None:
 
 @pytest.mark.slow
 def test_bench_reports_app_hints_only_for_prompt_traces() -> None:
-    prompts = bench_cache(conversation_workload(1), [0.1])
+    untimed = conversation_workload(1)
+    timed = AccessTrace(  # one request a second
+        "timed", untimed.accesses, untimed.request_starts,
+        np.repeat(np.arange(len(untimed.request_starts), dtype=np.float64),
+                  np.diff(np.append(untimed.request_starts, len(untimed.accesses)))),
+    )  # fmt: skip
+    prompts = bench_cache(timed, [0.1])
     assert prompts["conversations"]["follow_up_requests"] > 0
     row = prompts["sizes"]["0.1"]
-    assert row["preheat_app_hints_prefix"] <= row["preheat_app_hints"] <= row["Belady"]
-    assert "gap_closed_app_hints_vs_lru" in row
+    for hints in ("session_turn", "idle_end", "explicit_close", "hindsight_end"):
+        assert row[f"preheat_{hints}_prefix"] <= row[f"preheat_{hints}"] <= row["Belady"]
+        assert f"gap_closed_{hints}_vs_lru" in row
+    untimed_row = bench_cache(untimed, [0.1])["sizes"]["0.1"]  # no times: no timed ends
+    assert "preheat_hindsight_end" in untimed_row and "preheat_idle_end" not in untimed_row
     ids = np.random.default_rng(3).zipf(1.3, 3000).astype(np.int64) % 500
     keys = bench_cache(AccessTrace("kv", ids, np.arange(3000, dtype=np.int64)), [0.1])
-    assert "conversations" not in keys and "preheat_app_hints" not in keys["sizes"]["0.1"]
+    assert "conversations" not in keys and "preheat_hindsight_end" not in keys["sizes"]["0.1"]
+
+
+def _timed(requests: list[list[int]], starts_s: list[float]) -> AccessTrace:
+    trace = trace_of(requests)
+    times = np.repeat(np.array(starts_s), [len(r) for r in requests])
+    return AccessTrace("timed", trace.accesses, trace.request_starts, times)
+
+
+# conversation 0: turns at 0, 10 and 500 s; conversation 1: one request at 20 s; a one-off at 600
+TIMED = _timed(
+    [[1, 2, 3, 90], [1, 2, 3, 4, 5, 91], [50, 51, 52, 92], [1, 2, 3, 4, 5, 6, 93], [70, 71, 94]],
+    [0.0, 10.0, 20.0, 500.0, 600.0],
+)
+
+
+def test_an_end_in_hindsight_follows_each_conversations_last_request() -> None:
+    found = find_conversations(TIMED)
+    assert found.session.tolist() == [0, 0, 1, 0, 2]
+    assert ended_after(TIMED, found, EndedCall.HINDSIGHT) == {2: [1], 3: [0], 4: [2]}
+
+
+def test_an_explicit_close_comes_after_the_reading_time() -> None:
+    found = find_conversations(TIMED)
+    # conversation 1 (last request at 20 s) closes at 50 s: after request 2, before 500 s;
+    # conversation 0 (last at 500 s) at 530 s, before the one-off at 600 s
+    assert ended_after(TIMED, found, EndedCall.EXPLICIT_CLOSE, 30.0) == {2: [1], 3: [0], 4: [2]}
+    # with a reading time past the next request, the close comes after that one
+    assert ended_after(TIMED, found, EndedCall.EXPLICIT_CLOSE, 550.0)[3] == [1]
+
+
+def test_an_idle_timeout_ends_a_conversation_that_then_resumes() -> None:
+    found = find_conversations(TIMED)
+    ended = ended_after(TIMED, found, EndedCall.IDLE_TIMEOUT, 300.0)
+    # conversation 0 is idle from 10 s to 500 s: ended at 310 s (after request 2); its turn at
+    # 500 s ends at 800 s, after the one-off at 600 s; conversation 1 at 320 s
+    assert ended == {2: [0, 1], 4: [0, 2]}
+    assert found.turn.tolist()[3] == 2  # the resumed turn is still a follow-up
+    hints = app_hints(TIMED, found, ended)
+    first_end = int(TIMED.request_starts[3]) - 1
+    assert sorted(hints.cool_after[first_end]) == [1, 2, 3, 4, 5, 50, 51, 52, 90, 91, 92]
+    # turn 2 read 1..5 again after the premature end: read after an end, they count as shared
+    # (`SessionPages.end`), so the next end cools only what turn 2 read first, and the one-off's
+    assert hints.cool_after[len(TIMED.accesses) - 1] == [6, 93, 70, 71, 94]
+
+
+def test_timed_ends_need_the_traces_times_and_a_wait_not_below_zero() -> None:
+    untimed = trace_of([[1, 2, 3, 90], [1, 2, 3, 4, 5, 91]])
+    found = find_conversations(untimed)
+    with pytest.raises(ValueError, match="times"):
+        ended_after(untimed, found, EndedCall.IDLE_TIMEOUT, 300.0)
+    with pytest.raises(ValueError, match="negative"):
+        ended_after(TIMED, find_conversations(TIMED), EndedCall.EXPLICIT_CLOSE, -1.0)

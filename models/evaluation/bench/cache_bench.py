@@ -21,7 +21,13 @@ from cache_runtime.pool import PoolPolicy
 from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.simulator import AppHints, prefix_hits, replay, replay_with_app_hints
 from cache_runtime.traces import AccessTrace, unsigned_id, write_oracle
-from models.evaluation.bench.conversations import app_hints, find_conversations
+from models.evaluation.bench.conversations import (
+    Conversations,
+    EndedCall,
+    app_hints,
+    ended_after,
+    find_conversations,
+)
 
 LIBCACHESIM_POLICIES = ("LRU", "ARC", "S3FIFO", "Sieve", "WTinyLFU")
 # More of libCacheSim's online policies, classic and learned, run beside the issue's list so that
@@ -76,13 +82,15 @@ def bench_cache(
     unique = trace.unique
     capacities = _capacities(unique, sizes)
     result = _trace_summary(trace, unique)
-    app = None
+    app: dict[str, AppHints] = {}
     if len(trace.request_starts) < len(trace.accesses):  # requests of several blocks: prompts
         conversations = find_conversations(trace)
-        app = app_hints(trace, conversations)
+        app = application_hints(trace, conversations)
         result["conversations"] = {
             "count": conversations.count,
             "follow_up_requests": conversations.follow_ups,
+            "idle_timeout_s": IDLE_TIMEOUT_S,
+            "reading_s": READING_S,
         }
     replayed, replay_seconds = 0, 0.0
     with tempfile.TemporaryDirectory() as work:
@@ -98,6 +106,29 @@ def bench_cache(
             result["sizes"][str(fraction)] = row
     result["req_per_s"] = round(replayed / replay_seconds, 1) if replay_seconds else None
     return result
+
+
+# The causal "conversation ended" calls (`conversations.EndedCall`): a 5-minute idle timeout, and
+# an explicit close 30 s (a user reading the last answer) after the conversation's last request.
+IDLE_TIMEOUT_S = 300.0
+READING_S = 30.0
+HINT_COLUMNS = ("session_turn", "idle_end", "explicit_close", "hindsight_end")
+
+
+def application_hints(trace: AccessTrace, conversations: Conversations) -> dict[str, AppHints]:
+    """Column suffix -> what an application tells the cache: session and turn only; with an
+    idle-timeout end or an explicit close (both need the trace's times); with the end in
+    hindsight (an upper bound: no application knows a turn is the last when it is served)."""
+    hints = {"session_turn": AppHints(app_hints(trace, conversations, {}).conversation, {})}
+    if trace.times is not None:
+        for name, call, wait in (
+            ("idle_end", EndedCall.IDLE_TIMEOUT, IDLE_TIMEOUT_S),
+            ("explicit_close", EndedCall.EXPLICIT_CLOSE, READING_S),
+        ):
+            ended = ended_after(trace, conversations, call, wait)
+            hints[name] = app_hints(trace, conversations, ended)
+    hints["hindsight_end"] = app_hints(trace, conversations)
+    return hints
 
 
 def _capacities(unique: int, sizes: list[float]) -> dict[float, int]:
@@ -125,10 +156,10 @@ def _trace_summary(trace: AccessTrace, unique: int) -> dict[str, Any]:
 
 
 def _own_policies(
-    row: dict[str, Any], trace: AccessTrace, capacity: int, app: AppHints | None
+    row: dict[str, Any], trace: AccessTrace, capacity: int, app: dict[str, AppHints]
 ) -> float:
-    """The memory tier's policies into `row`: the pool with and without hints (and with the
-    application's, when the trace has conversations), the prefix policies alone, our LRU.
+    """The memory tier's policies into `row`: the pool with and without hints (and with each of
+    the application's, when the trace has conversations), the prefix policies alone, our LRU.
     Returns the seconds of the pool's hinted replay, the one `req_per_s` measures."""
     started = time.perf_counter()
     ours = replay(PoolPolicy(capacity=capacity), trace.accesses, trace.request_starts, capacity)
@@ -139,12 +170,12 @@ def _own_policies(
         trace.accesses, trace.request_starts, capacity, hints=False,
     )  # fmt: skip
     row["preheat_no_hints"], row["preheat_no_hints_prefix"] = _ratios(no_hints, trace)
-    if app is not None:  # the application's session, turn and "ended" hints on top
+    for name, hints in app.items():  # the application's session, turn and "ended" hints on top
         with_app = replay_with_app_hints(
             PoolPolicy(capacity=capacity),
-            trace.accesses, trace.request_starts, capacity, app,
+            trace.accesses, trace.request_starts, capacity, hints,
         )  # fmt: skip
-        row["preheat_app_hints"], row["preheat_app_hints_prefix"] = _ratios(with_app, trace)
+        row[f"preheat_{name}"], row[f"preheat_{name}_prefix"] = _ratios(with_app, trace)
     for name, policy in (("prefix_slru", PrefixSLRU()), ("prefix_arc", PrefixARC())):
         hits = replay(policy, trace.accesses, trace.request_starts, capacity)
         row[name], row[f"{name}_prefix"] = _ratios(hits, trace)
@@ -183,11 +214,7 @@ def _gaps_closed(row: dict[str, Any]) -> None:
     """How much of the gap between LRU and Belady each of our pool's replays in `row` closes
     (0 when there is no gap)."""
     gap = row["Belady"] - row["LRU"]
-    for ours_name, gap_name in (
-        ("preheat", "gap_closed_vs_lru"),
-        ("preheat_no_hints", "gap_closed_no_hints_vs_lru"),
-        ("preheat_app_hints", "gap_closed_app_hints_vs_lru"),
-    ):
-        if ours_name in row:
-            closed = (row[ours_name] - row["LRU"]) / gap if gap > 0 else 0.0
-            row[gap_name] = round(closed, 4)
+    for hints in ("", "_no_hints", *(f"_{name}" for name in HINT_COLUMNS)):
+        if f"preheat{hints}" in row:
+            closed = (row[f"preheat{hints}"] - row["LRU"]) / gap if gap > 0 else 0.0
+            row[f"gap_closed{hints}_vs_lru"] = round(closed, 4)

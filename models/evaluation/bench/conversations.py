@@ -4,9 +4,14 @@ numbers and "conversation ended" calls would tell the cache, recovered from the 
 A request continues a conversation when its blocks start with every complete block (two at
 least) of an earlier request (all of that request's blocks but its last, partial one): its
 prompt is the earlier prompt, the answer and a new question. This uses only requests before
-it, as a session id does. The "conversation ended" call is the application's (the user closed
-the chat); in a recorded trace it is placed right after the conversation's last request — in
-hindsight, which is what an explicit close at that moment gives the application.
+it, as a session id does.
+
+When "conversation ended" comes is what separates a hint an application has from hindsight
+(`EndedCall`): right after the conversation's last request is hindsight (nobody knows then that
+it was the last: an upper bound); an explicit close comes after that last answer plus the time
+the user reads it; an idle timeout fires after any turn not followed within the timeout, so it
+may end a conversation that then resumes (which goes on as usual: its next turn is still a
+follow-up). Ends fire between requests: after the last request that started before them.
 
 What "ended" cools is chosen by the cache's own `SessionPages`, as a gateway would use it: the
 blocks no other conversation has read so far.
@@ -14,7 +19,9 @@ blocks no other conversation has read so far.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 
@@ -66,20 +73,78 @@ def find_conversations(trace: AccessTrace) -> Conversations:
     return Conversations(np.array(session, dtype=np.int64), np.array(turn, dtype=np.int64))
 
 
-def app_hints(trace: AccessTrace, conversations: Conversations) -> AppHints:
-    """Per access: inside a follow-up turn (a live conversation: `Hint.CONVERSATION`); after a
-    conversation's last request: the blocks `SessionPages` says only it has read, declared cold."""
+class EndedCall(Enum):
+    """When the "conversation ended" call comes (module docstring)."""
+
+    HINDSIGHT = "hindsight"  # right after the last request: an upper bound
+    EXPLICIT_CLOSE = "explicit_close"  # after the last request plus the reading time
+    IDLE_TIMEOUT = "idle_timeout"  # after any request not followed within the timeout
+
+
+def ended_after(
+    trace: AccessTrace, conversations: Conversations, call: EndedCall, wait_s: float = 0.0
+) -> dict[int, list[int]]:
+    """request index -> the conversations whose "ended" call comes right after it. `wait_s`:
+    the reading time (explicit close) or the timeout (idle); the trace needs times for both.
+
+    Raises:
+        ValueError: a timed call on a trace without times, or a negative wait.
+    """
+    sessions = conversations.session.tolist()
+    last = {sid: request for request, sid in enumerate(sessions)}
+    if call is EndedCall.HINDSIGHT:
+        return _grouped((request, sid) for sid, request in last.items())
+    if trace.times is None:
+        raise ValueError(f"a {call.value} end needs the trace's times, which {trace.name} lacks")
+    if wait_s < 0:
+        raise ValueError("the wait before an end must not be negative")
+    started = trace.times[trace.request_starts]  # (R,) each request's start, seconds
+    if call is EndedCall.EXPLICIT_CLOSE:
+        due = [(started[request] + wait_s, sid, request) for sid, request in last.items()]
+    else:
+        following: dict[int, float] = {}  # sid -> start of its next request, walking back
+        due = []
+        for request in range(len(sessions) - 1, -1, -1):
+            sid = sessions[request]
+            deadline = started[request] + wait_s
+            if following.get(sid, np.inf) >= deadline:  # not followed within the timeout
+                due.append((deadline, sid, request))
+            following[sid] = started[request]
+    # the last request that started before the call (never before the turn it follows): the
+    # call comes right after that one
+    placed = np.searchsorted(started, [d for d, _, _ in due], side="left") - 1
+    return _grouped(
+        (max(int(at), turn), sid) for at, (_, sid, turn) in zip(placed, due, strict=True)
+    )
+
+
+def _grouped(pairs: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
+    grouped: dict[int, list[int]] = {}
+    for request, sid in sorted(pairs):
+        grouped.setdefault(request, []).append(sid)
+    return grouped
+
+
+def app_hints(
+    trace: AccessTrace,
+    conversations: Conversations,
+    ended: dict[int, list[int]] | None = None,
+) -> AppHints:
+    """Per access: inside a follow-up turn (a live conversation: `Hint.CONVERSATION`); after
+    the requests `ended` names (`ended_after`; None: in hindsight), the blocks `SessionPages`
+    says only the ended conversations have read, declared cold."""
     starts = trace.request_starts.tolist()
     ends = [*starts[1:], len(trace.accesses)]
     lengths = np.diff(np.append(trace.request_starts, len(trace.accesses)))
     conversation = np.repeat(conversations.turn > 0, lengths)
     sessions = conversations.session.tolist()
-    last_request = {sid: request for request, sid in enumerate(sessions)}
+    if ended is None:
+        ended = ended_after(trace, conversations, EndedCall.HINDSIGHT)
     tracker: SessionPages[int] = SessionPages()
     blocks = trace.accesses.tolist()
     cool_after: dict[int, list[int]] = {}
     for request, sid in enumerate(sessions):
         tracker.read(sid, blocks[starts[request] : ends[request]])
-        if last_request[sid] == request:
-            cool_after[ends[request] - 1] = tracker.end(sid)
+        for gone in ended.get(request, ()):
+            cool_after.setdefault(ends[request] - 1, []).extend(tracker.end(gone))
     return AppHints(conversation, cool_after)
