@@ -31,6 +31,7 @@ class TenantUsage:
         self.half_life_s = half_life_s
         self._clock = clock
         self._used: dict[str, tuple[float, float]] = {}  # tenant -> (seconds, as of when)
+        self._prune_at = 64  # table size that triggers the next pruning
 
     def of(self, tenant: str) -> float:
         """`tenant`'s usage now, in decayed seconds."""
@@ -40,5 +41,8 @@ class TenantUsage:
     def add(self, tenant: str, seconds: float) -> None:
         now = self._clock()
         self._used[tenant] = (self.of(tenant) + seconds, now)
-        if len(self._used) > 64:  # prune the tenants whose usage has decayed to nothing
+        if len(self._used) > self._prune_at:  # drop the tenants whose usage decayed to nothing
             self._used = {t: u for t, u in self._used.items() if self.of(t) > _FORGOTTEN}
+            # next time at twice what is left: with many tenants alive, pruning stays amortised
+            # O(1) per call (the decoder calls this for every row of every step)
+            self._prune_at = max(64, 2 * len(self._used))

@@ -246,6 +246,9 @@ def test_usage_halves_every_half_life_and_is_forgotten_when_tiny() -> None:
     for i in range(70):
         usage.add(f"t{i}", 1.0)
     assert "a" not in usage._used and len(usage._used) <= 70
+    for i in range(70, 300):  # many live tenants: the table is not rebuilt at every call
+        usage.add(f"t{i}", 1.0)
+    assert len(usage._used) == 300 and usage._prune_at >= 300
     with pytest.raises(ValueError):
         TenantUsage(half_life_s=0)
 
