@@ -7,8 +7,12 @@ size; over the last `window` sampled accesses, the shadow with the most hits nam
 that evicts for the real cache. The shadows see only the trace and the hints, never the live
 policy's choices, so the live choice cannot feed back into its own score.
 
-Only the leader keeps state for the real cache: a switch hands the resident keys over to the
-new leader in the old one's eviction order (`EvictionPolicy.ranked`), reused ones marked so.
+Only the leader keeps state for the real cache. A switch rebuilds the new leader by replaying
+the cache's last accesses (8 per entry) through it in a simulated cache of the same size, then
+reconciles with what is really resident: keys it would hold that are gone are removed, keys the
+old leader kept that it would not are inserted cold (evicted first). Rejected: handing the keys
+over in the old leader's eviction order, with no history (the previous handoff): LIRS taking over
+on gli at 20% then hit 0.128 where LIRS alone hits 0.337, its LIR set never formed.
 Rejected: keeping every candidate's metadata for the real cache (set dueling, as the previous
 two-member `DuelingPolicy` did): with eight candidates every miss costs eight inserts and
 removals, and the replay fell to a sixth of LRU's speed; a handoff costs one pass over the cache
@@ -46,8 +50,10 @@ class Candidate(NamedTuple):
 # Each is in because a shipped or reported trace has it ahead of the others somewhere
 # (`preheat bench cache`, 2026-12-02; issue 21 for the unshipped conversation trace).
 CANDIDATES: dict[str, Candidate] = {
-    # first: it leads until the shadows disagree (the previous default's leader), and as a
-    # hinted one it honours an explicit `cool` before there is evidence against it
+    # first: it leads until the shadows disagree. LIRS is the one whose state a late switch
+    # loses most (its LIR set forms over the first pass); first, the worst margin to the best
+    # libCacheSim policy over the shipped traces went from -0.209 (gli 20%) to -0.039
+    "lirs": Candidate(LIRSPolicy, False, "the LIRS block traces: loops larger than the cache"),
     "prefix-arc": Candidate(PrefixARC, True, "ARC with the application's hints"),
     "prefix-slru": Candidate(PrefixSLRU, True, "SLRU with the application's hints"),
     "lru": Candidate(LRUPolicy, False, "a real conversation trace at 20%: above MQ and ARC"),
@@ -55,7 +61,6 @@ CANDIDATES: dict[str, Candidate] = {
     "arc": Candidate(PrefixARC, False, "small caches whose reuse distances shift"),
     "slru": Candidate(PrefixSLRU, False, "a protected working set that fits (Mooncake 10%)"),
     "s3fifo": Candidate(S3FIFOPolicy, False, "cache2k web07 at 1%: one-hit wonders"),
-    "lirs": Candidate(LIRSPolicy, False, "the LIRS block traces: loops larger than the cache"),
 }
 DEFAULT_POOL = tuple(CANDIDATES)
 # as `settings.PolicySettings`' defaults (a test holds them equal)
@@ -63,6 +68,10 @@ DEFAULT_SAMPLE_RATE = 1 / 16
 DEFAULT_WINDOW = 4096  # sampled accesses
 DEFAULT_HYSTERESIS = 0.005  # a challenger must lead by this share of the window's accesses
 DEFAULT_MIN_SHADOW = 128  # entries per shadow at least: the rate rises for small caches
+# accesses kept, per entry of the cache, to rebuild a new leader's state at a switch: 8 closed
+# most of what 0, 2 and 4 left on the LIRS traces (16 and 32 gained nothing more)
+HISTORY_FACTOR = 8
+PRE_START_HISTORY = 1 << 20
 
 _SPOT_BITS = 24
 _MASK64 = (1 << 64) - 1
@@ -80,6 +89,23 @@ def _spot(key: object) -> int:
 
 def _never(_: object) -> bool:
     return False
+
+
+def _rebuild(policy: EvictionPolicy, history: Sequence[object], capacity: int) -> set[object]:
+    """Replay `history` through `policy` in a simulated cache of `capacity` entries: the state
+    it would have had, had it led over those accesses. Returns that cache's keys."""
+    resident: set[object] = set()
+    for key in history:
+        if key in resident:
+            policy.on_access(key, 0.0)  # type: ignore[arg-type]
+            continue
+        if len(resident) >= capacity:
+            gone = policy.victim(_never)
+            policy.on_remove(gone)  # type: ignore[arg-type]
+            resident.discard(gone)
+        policy.on_insert(key, 0.0, None)  # type: ignore[arg-type]
+        resident.add(key)
+    return resident
 
 
 class _Shadow:
@@ -146,6 +172,9 @@ class PoolPolicy(EvictionPolicy):
         self.leader = self.target = 0
         self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
         self._seen = 0
+        # the last accesses, to rebuild a new leader (`_switch`); bounded per entry once the
+        # cache's size is known, by PRE_START_HISTORY before
+        self._history: deque[object] = deque(maxlen=PRE_START_HISTORY)
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -180,6 +209,7 @@ class PoolPolicy(EvictionPolicy):
         self._threshold = round(self._rate * (1 << _SPOT_BITS))
         size = round(self._rate * capacity)
         self._shadows = [_Shadow(candidate, size) for candidate in self._candidates]
+        self._history = deque(self._history, maxlen=max(1, int(HISTORY_FACTOR * capacity)))
         threshold = self._threshold
         self._sampled = {key for key, _ in self._live.ranked() if _spot(key) < threshold}
 
@@ -203,15 +233,18 @@ class PoolPolicy(EvictionPolicy):
         self.leader = self.target
         self.switches.append((self._seen, self.leader_name))
         live = self._candidates[self.leader].make()
-        insert, access = live.on_insert, live.on_access
-        for key, reused in ranked:
-            insert(key, 0.0, None)
-            if reused:  # twice: S3-FIFO promotes on two hits, MQ ranks by count
-                access(key, 0.0)
-                access(key, 0.0)
+        resident = {key for key, _ in ranked}
+        simulated = _rebuild(live, self._history, len(resident))
+        for key in simulated - resident:
+            live.on_remove(key)
+        for key, _ in ranked:  # kept by the old leader, not by the new one: evicted first
+            if key not in simulated:
+                live.on_insert(key, 0.0, None)
+                live.on_cold(key)
         self._install(live)
 
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+        self._history.append(key)
         self._resident += 1
         self._live_insert(key, now, hint if self._hinted else None)
         if _spot(key) < self._threshold:
@@ -219,6 +252,7 @@ class PoolPolicy(EvictionPolicy):
             self._observe(key, hint)
 
     def on_access(self, key: str, now: float) -> None:
+        self._history.append(key)
         self._live_access(key, now)
         if key in self._sampled:
             self._observe(key, None)
@@ -227,6 +261,7 @@ class PoolPolicy(EvictionPolicy):
         """The leader in bulk; the shadows replay the sampled hits one by one, repeats
         included (a shadow, smaller than the cache, may miss and evict between them)."""
         self._live.on_access_many(keys)
+        self._history.extend(keys)
         for key in filter(self._sampled.__contains__, keys):
             self._observe(key, None)
 

@@ -95,6 +95,28 @@ def test_the_whole_pool_follows_lirs_on_a_loop() -> None:
     assert hits >= 0.98 * _standalone("lirs", accesses, np.arange(len(accesses)))
 
 
+def _hot_set_beside_a_scan(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """A hot loop of 80% of the cache, each of its reads beside one block of a long scan."""
+    hot = np.resize(np.arange(int(0.8 * C)), 40_000)
+    return _interleave(hot, np.arange(10**6, 10**6 + 40_000)), None
+
+
+def test_a_new_leader_starts_from_the_state_it_would_have_had() -> None:
+    """S3-FIFO takes over from LIRS: rebuilt from the cache's last accesses, its queues hold
+    the hot set as if it had led all along. Handed the keys in LIRS' order (the earlier
+    handoff), it kept 62% of its own hits."""
+    accesses, _ = _hot_set_beside_a_scan(np.random.default_rng(0))
+    starts = np.arange(len(accesses))
+    alone = _standalone("s3fifo", accesses, starts)
+    assert alone > _standalone("lirs", accesses, starts)
+
+    pool = PoolPolicy(("lirs", "s3fifo"), capacity=C)
+    hits = replay(pool, accesses, starts, C).sum()
+
+    assert pool.leader_name == "s3fifo"
+    assert hits >= 0.97 * alone
+
+
 def test_hysteresis_keeps_a_tie_from_flapping() -> None:
     rng = np.random.default_rng(1)
     accesses = rng.integers(0, 3 * C, 40_000)  # uniform: every policy hits about 1/3
