@@ -95,26 +95,41 @@ def test_the_whole_pool_follows_lirs_on_a_loop() -> None:
     assert hits >= 0.98 * _standalone("lirs", accesses, np.arange(len(accesses)))
 
 
-def _hot_set_beside_a_scan(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
-    """A hot loop of 80% of the cache, each of its reads beside one block of a long scan."""
-    hot = np.resize(np.arange(int(0.8 * C)), 40_000)
-    return _interleave(hot, np.arange(10**6, 10**6 + 40_000)), None
-
-
 def test_a_new_leader_starts_from_the_state_it_would_have_had() -> None:
-    """S3-FIFO takes over from LIRS: rebuilt from the cache's last accesses, its queues hold
-    the hot set as if it had led all along. Handed the keys in LIRS' order (the earlier
-    handoff), it kept 62% of its own hits."""
-    accesses, _ = _hot_set_beside_a_scan(np.random.default_rng(0))
+    """MQ takes over from LRU: rebuilt from the cache's last accesses, it knows which keys
+    were read six times and evicts one read twice. Handed the keys in LRU's order with a
+    "reused" mark (the earlier handoff), every key had the same count and the hot key that
+    LRU would evict first went."""
+    pool = PoolPolicy(("lru", "mq"), capacity=C)
+    hot, warm = list(range(C // 2)), list(range(C // 2, C))
+    for key in hot + warm:
+        pool.on_insert(key, 0.0, None)
+    for key in hot * 5 + warm:
+        pool.on_access(key, 0.0)
+    assert pool.ranked()[0][0] in hot  # LRU's next victim
+
+    pool.target = pool.pool.index("mq")  # as the shadows would, once MQ leads them
+    gone = pool.victim(lambda _: False)
+
+    assert pool.leader_name == "mq" and gone in warm
+    assert {key for key, _ in pool.ranked()} == set(hot + warm)
+
+
+@pytest.mark.parametrize("build", [_loop, _frequency, _hot_scan])
+def test_s3fifo_hits_what_libcachesim_s3fifo_hits(build: object) -> None:
+    """The same algorithm as the peer it is measured against, first fill included: on a loop
+    larger than the cache, keys of the first fill that wait in the small queue all leave (this
+    policy hit 0.012 of gli at 10% where libCacheSim's hits 0.160, until `_first_fill`)."""
+    from cache_runtime.traces import AccessTrace
+    from models.evaluation.bench.cache_bench import libcachesim_hits
+
+    accesses, _ = build(np.random.default_rng(3))  # type: ignore[operator]
+    accesses = np.asarray(accesses, dtype=np.int64)
     starts = np.arange(len(accesses))
-    alone = _standalone("s3fifo", accesses, starts)
-    assert alone > _standalone("lirs", accesses, starts)
-
-    pool = PoolPolicy(("lirs", "s3fifo"), capacity=C)
-    hits = replay(pool, accesses, starts, C).sum()
-
-    assert pool.leader_name == "s3fifo"
-    assert hits >= 0.97 * alone
+    trace = AccessTrace("generated", accesses, starts)
+    ours = replay(S3FIFOPolicy(), accesses, starts, C, hints=False).sum()
+    peer = libcachesim_hits("S3FIFO", trace, C, oracle=None).sum()  # type: ignore[arg-type]
+    assert abs(int(ours) - int(peer)) <= 0.001 * len(accesses)  # ghost sizes round apart
 
 
 def test_hysteresis_keeps_a_tie_from_flapping() -> None:
