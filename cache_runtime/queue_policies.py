@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 
-from cache_runtime.policies import EvictionPolicy
+from cache_runtime.policies import EvictionPolicy, Hint
 
 
 class S3FIFOPolicy(EvictionPolicy):
@@ -207,7 +207,14 @@ class LIRSPolicy(EvictionPolicy):
     of the cache; the rest (HIR) is a small FIFO that new keys pass through; a HIR key reused
     while still in the recency stack S becomes LIR, and the stack's bottom LIR steps down.
     Non-resident HIR keys stay in S to carry their recency, at most as many as the cache holds.
-    The stack is pruned so that its bottom is always LIR."""
+    The stack is pruned so that its bottom is always LIR.
+
+    Hints (only the pool's hinted twin gets them): a request's last block (`Hint.TAIL`) enters
+    as HIR at the queue's eviction end; `on_cold` (the conversation ended) sends a key to the
+    queue's eviction end, a LIR one stepping down to HIR first. Rejected: a live conversation's
+    block (`Hint.CONVERSATION`) entering as LIR: on the Mooncake trace at 5% session and turn
+    hints then hit 0.1573 where no hints hit 0.1651 (at 10% the explicit close reached 15.6%
+    of the LRU-Belady gap with it, 12.4% without)."""
 
     name = "lirs"
 
@@ -249,12 +256,14 @@ class LIRSPolicy(EvictionPolicy):
         if self._lir_limit is None or self._lirs < self._lir_limit:
             self._ghosts.pop(key, None)
             self._make_lir(key)
-        elif self._ghosts.pop(key, 0) is None:  # reused within the stack: short distance
-            self._make_lir(key)
+        elif self._ghosts.pop(key, 0) is None:
+            self._make_lir(key)  # reused within the stack: a short distance
         else:
             self._status[key] = _HIR
             self._stack[key] = None
             self._queue[key] = None
+            if hint == Hint.TAIL:
+                self._queue.move_to_end(key, last=False)
 
     def on_access(self, key: str, now: float) -> None:
         stack = self._stack
@@ -287,7 +296,14 @@ class LIRSPolicy(EvictionPolicy):
             self._prune()
 
     def on_cold(self, key: str) -> None:
-        if self._status.get(key) is _HIR:
+        status = self._status.get(key)
+        if status is _LIR:
+            self._lirs -= 1
+            self._status[key] = _HIR
+            self._stack.pop(key, None)
+            self._prune()
+            self._queue[key] = None
+        if status is not None:
             self._queue.move_to_end(key, last=False)
 
     def victim(self, keep: Callable[[str], bool]) -> str | None:
