@@ -74,7 +74,6 @@ DEFAULT_MIN_SHADOW = 128  # entries per shadow at least: the rate rises for smal
 # accesses kept, per entry of the cache, to rebuild a new leader's state at a switch: 8 closed
 # most of what 0, 2 and 4 left on the LIRS traces (16 and 32 gained nothing more)
 HISTORY_FACTOR = 8
-PRE_START_HISTORY = 1 << 20
 # the hysteresis counts at least this many sampled accesses: early on, a challenger needs
 # about 5 hits of lead, not 1 (over the shipped traces: cells more than 0.003 below the best
 # libCacheSim policy 18 -> 16 of 44; sprite 5-20% lost its early detours to MQ)
@@ -179,9 +178,10 @@ class PoolPolicy(EvictionPolicy):
         self.leader = self.target = 0
         self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
         self._seen = 0
-        # the last accesses, to rebuild a new leader (`_switch`); bounded per entry once the
-        # cache's size is known, by PRE_START_HISTORY before
-        self._history: deque[object] = deque(maxlen=PRE_START_HISTORY)
+        # the last accesses, to rebuild a new leader (`_switch`): HISTORY_FACTOR per entry,
+        # of the cache's size once known, before that of the entries so far (doubling)
+        self._history_room = HISTORY_FACTOR * 1024
+        self._history: deque[object] = deque(maxlen=self._history_room)
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -216,7 +216,8 @@ class PoolPolicy(EvictionPolicy):
         self._threshold = round(self._rate * (1 << _SPOT_BITS))
         size = round(self._rate * capacity)
         self._shadows = [_Shadow(candidate, size) for candidate in self._candidates]
-        self._history = deque(self._history, maxlen=max(1, int(HISTORY_FACTOR * capacity)))
+        self._history_room = max(1, HISTORY_FACTOR * capacity)
+        self._history = deque(self._history, maxlen=self._history_room)
         threshold = self._threshold
         self._sampled = {key for key, _ in self._live.ranked() if _spot(key) < threshold}
 
@@ -260,6 +261,9 @@ class PoolPolicy(EvictionPolicy):
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
         self._history.append(key)
         self._resident += 1
+        if self._shadows is None and HISTORY_FACTOR * self._resident > self._history_room:
+            self._history_room *= 2
+            self._history = deque(self._history, maxlen=self._history_room)
         self._live_insert(key, now, hint if self._hinted else None)
         if _spot(key) < self._threshold:
             self._sampled.add(key)

@@ -160,6 +160,19 @@ def test_a_switch_between_twins_keeps_the_state() -> None:
     assert pool.leader_name == "arc" and pool._live is live and not pool._hinted
 
 
+def test_the_history_is_bounded_before_the_cache_fills() -> None:
+    """A cache that never fills (a large byte budget) keeps 8 accesses per entry, not all."""
+    pool = PoolPolicy()
+    for key in range(100):
+        pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
+    for _ in range(1000):
+        pool.on_access_many(list(range(100)))  # type: ignore[arg-type]
+    assert len(pool._history) <= 8 * 1024
+    for key in range(100, 5000):
+        pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
+    assert 8 * 4900 <= pool._history.maxlen <= 16 * 5000  # type: ignore[operator]
+
+
 def test_hysteresis_keeps_a_tie_from_flapping() -> None:
     rng = np.random.default_rng(1)
     accesses = rng.integers(0, 3 * C, 40_000)  # uniform: every policy hits about 1/3
