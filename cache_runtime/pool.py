@@ -15,10 +15,10 @@ over in the old leader's eviction order, with no history (the previous handoff):
 on gli at 20% then hit 0.128 where LIRS alone hits 0.337, its LIR set never formed.
 Rejected: keeping every candidate's metadata for the real cache (set dueling, as the previous
 two-member `DuelingPolicy` did): with eight candidates every miss costs eight inserts and
-removals, and the replay fell to a sixth of LRU's speed; a handoff costs one pass over the cache
-per switch, and hysteresis keeps switches rare. The switch itself waits for the next `victim`
-call, so the tier's buffered hits (applied in bulk) and a replay's eager hits switch at the
-same point and evict the same keys.
+removals, and the replay fell to a sixth of LRU's speed; a switch costs one replay of the
+history and one pass over the cache, and hysteresis keeps switches rare. The switch itself
+waits for the next `victim` call, so the tier's buffered hits (applied in bulk) and a replay's
+eager hits switch at the same point and evict the same keys.
 
 Hints: a candidate marked "hinted" gets the tail / conversation hints and `on_cold`; the others
 never see them. A hinted candidate and its plain twin both have shadows, so the hint is used
@@ -74,6 +74,10 @@ DEFAULT_MIN_SHADOW = 128  # entries per shadow at least: the rate rises for smal
 # accesses kept, per entry of the cache, to rebuild a new leader's state at a switch: 8 closed
 # most of what 0, 2 and 4 left on the LIRS traces (16 and 32 gained nothing more)
 HISTORY_FACTOR = 8
+# and at most this many: a switch runs inside `victim`, on the serving path, and a memory tier of
+# a million small entries would otherwise replay eight million accesses there (seconds); 65,536
+# is a few tenths of a second, and above every shipped trace's 8 x size but Mooncake 20% (70,280)
+MAX_HISTORY = 1 << 16
 # the hysteresis counts at least this many sampled accesses: early on, a challenger needs
 # about 5 hits of lead, not 1 (over the shipped traces: cells more than 0.003 below the best
 # libCacheSim policy 18 -> 16 of 44; sprite 5-20% lost its early detours to MQ)
@@ -180,7 +184,7 @@ class PoolPolicy(EvictionPolicy):
         self._seen = 0
         # the last accesses, to rebuild a new leader (`_switch`): HISTORY_FACTOR per entry,
         # of the cache's size once known, before that of the entries so far (doubling)
-        self._history_room = HISTORY_FACTOR * 1024
+        self._history_room = min(HISTORY_FACTOR * 1024, MAX_HISTORY)
         self._history: deque[object] = deque(maxlen=self._history_room)
         self._install(self._candidates[0].make())
         if capacity is not None:
@@ -216,7 +220,7 @@ class PoolPolicy(EvictionPolicy):
         self._threshold = round(self._rate * (1 << _SPOT_BITS))
         size = round(self._rate * capacity)
         self._shadows = [_Shadow(candidate, size) for candidate in self._candidates]
-        self._history_room = max(1, HISTORY_FACTOR * capacity)
+        self._history_room = max(1, min(HISTORY_FACTOR * capacity, MAX_HISTORY))
         self._history = deque(self._history, maxlen=self._history_room)
         threshold = self._threshold
         self._sampled = {key for key, _ in self._live.ranked() if _spot(key) < threshold}
@@ -261,8 +265,9 @@ class PoolPolicy(EvictionPolicy):
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
         self._history.append(key)
         self._resident += 1
-        if self._shadows is None and HISTORY_FACTOR * self._resident > self._history_room:
-            self._history_room *= 2
+        room = self._history_room
+        if self._shadows is None and room < MAX_HISTORY and HISTORY_FACTOR * self._resident > room:
+            self._history_room = min(2 * room, MAX_HISTORY)
             self._history = deque(self._history, maxlen=self._history_room)
         self._live_insert(key, now, hint if self._hinted else None)
         if _spot(key) < self._threshold:

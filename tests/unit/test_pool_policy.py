@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cache_runtime.policies import make_policy
-from cache_runtime.pool import CANDIDATES, PoolPolicy
+from cache_runtime.pool import CANDIDATES, MAX_HISTORY, PoolPolicy
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 from cache_runtime.simulator import replay
 from cache_runtime.tiers.memory import MemoryTier
@@ -171,6 +171,9 @@ def test_the_history_is_bounded_before_the_cache_fills() -> None:
     for key in range(100, 5000):
         pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
     assert 8 * 4900 <= pool._history.maxlen <= 16 * 5000  # type: ignore[operator]
+    for key in range(5000, 20_000):
+        pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
+    assert pool._history.maxlen == MAX_HISTORY  # a switch runs on the serving path: bounded
 
 
 def test_hysteresis_keeps_a_tie_from_flapping() -> None:
