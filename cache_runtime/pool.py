@@ -54,7 +54,8 @@ CANDIDATES: dict[str, Candidate] = {
     # loses most (its LIR set forms over the first pass); first, the worst margin to the best
     # libCacheSim policy over the shipped traces went from -0.209 (gli 20%) to -0.039. Its
     # hinted twin first: an application's explicit close counts before the shadows have
-    # evidence (Mooncake 10%: 12.4% of the LRU-Belady gap; with plain LIRS first, 9.9%)
+    # evidence (Mooncake 10%, before EARLY_WINDOW: 12.4% of the LRU-Belady gap; 9.9% with
+    # plain LIRS first)
     "prefix-lirs": Candidate(LIRSPolicy, True, "LIRS with the application's hints"),
     "lirs": Candidate(LIRSPolicy, False, "the LIRS block traces: loops larger than the cache"),
     "prefix-arc": Candidate(PrefixARC, True, "ARC with the application's hints"),
