@@ -102,23 +102,6 @@ def _never(_: object) -> bool:
     return False
 
 
-def _rebuild(policy: EvictionPolicy, history: Sequence[object], capacity: int) -> set[object]:
-    """Replay `history` through `policy` in a simulated cache of `capacity` entries: the state
-    it would have had, had it led over those accesses. Returns that cache's keys."""
-    resident: set[object] = set()
-    for key in history:
-        if key in resident:
-            policy.on_access(key, 0.0)  # type: ignore[arg-type]
-            continue
-        if len(resident) >= capacity:
-            gone = policy.victim(_never)
-            policy.on_remove(gone)  # type: ignore[arg-type]
-            resident.discard(gone)
-        policy.on_insert(key, 0.0, None)  # type: ignore[arg-type]
-        resident.add(key)
-    return resident
-
-
 class _Shadow:
     """A small simulated cache of one candidate over the sampled keys."""
 
@@ -185,8 +168,7 @@ class PoolPolicy(EvictionPolicy):
         self._seen = 0
         # the last accesses, to rebuild a new leader (`_switch`): HISTORY_FACTOR per entry,
         # of the cache's size once known, before that of the entries so far (doubling)
-        self._history_room = min(HISTORY_FACTOR * 1024, MAX_HISTORY)
-        self._history: deque[object] = deque(maxlen=self._history_room)
+        self._history: deque[object] = deque(maxlen=min(HISTORY_FACTOR * 1024, MAX_HISTORY))
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -221,8 +203,8 @@ class PoolPolicy(EvictionPolicy):
         self._threshold = round(self._rate * (1 << _SPOT_BITS))
         size = round(self._rate * capacity)
         self._shadows = [_Shadow(candidate, size) for candidate in self._candidates]
-        self._history_room = max(1, min(HISTORY_FACTOR * capacity, MAX_HISTORY))
-        self._history = deque(self._history, maxlen=self._history_room)
+        room = max(1, min(HISTORY_FACTOR * capacity, MAX_HISTORY))
+        self._history = deque(self._history, maxlen=room)
         threshold = self._threshold
         self._sampled = {key for key, _ in self._live.ranked() if _spot(key) < threshold}
 
@@ -252,9 +234,11 @@ class PoolPolicy(EvictionPolicy):
             self._install(self._live)
             return
         ranked = self._live.ranked()
-        live = self._candidates[self.leader].make()
         resident = {key for key, _ in ranked}
-        simulated = _rebuild(live, self._history, len(resident))
+        rebuilt = _Shadow(self._candidates[self.leader], len(resident))  # full size, no hints
+        for key in self._history:
+            rebuilt.access(key, None)
+        live, simulated = rebuilt.policy, rebuilt.resident
         for key in simulated - resident:
             live.on_remove(key)
         for key, _ in ranked:  # kept by the old leader, not by the new one: evicted first
@@ -266,10 +250,9 @@ class PoolPolicy(EvictionPolicy):
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
         self._history.append(key)
         self._resident += 1
-        room = self._history_room
+        room = self._history.maxlen or 0
         if self._shadows is None and room < MAX_HISTORY and HISTORY_FACTOR * self._resident > room:
-            self._history_room = min(2 * room, MAX_HISTORY)
-            self._history = deque(self._history, maxlen=self._history_room)
+            self._history = deque(self._history, maxlen=min(2 * room, MAX_HISTORY))
         self._live_insert(key, now, hint if self._hinted else None)
         if _spot(key) < self._threshold:
             self._sampled.add(key)
