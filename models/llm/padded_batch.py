@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from cache_runtime.kv_pages import kv_cache_of
+
 
 class PaddedBatch:
     """The KV, mask and next-token logits of the sequences decoding together."""
@@ -51,8 +53,6 @@ class PaddedBatch:
     def take(self, row: int) -> tuple[Any, torch.Tensor]:
         """Row `row`'s (KV of its real positions, logits), copied unless it is the only row
         (then the batch's own, which the caller empties)."""
-        from transformers import DynamicCache
-
         assert self.logits is not None
         if self.size == 1:
             return self.kv, self.logits
@@ -62,7 +62,7 @@ class PaddedBatch:
              layer.values[row : row + 1, :, first:].clone())
             for layer in self.kv.layers
         ]  # fmt: skip
-        kv = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        kv = kv_cache_of(layers, self.model.config)  # the clones themselves, no second copy
         return kv, self.logits[row : row + 1].clone()
 
     def keep(self, rows: list[int]) -> None:

@@ -9,6 +9,7 @@ from cache_runtime.kv_pages import (
     PAGE_TOKENS,
     decode_page,
     encode_page,
+    kv_cache_of,
     load_prefix,
     page_keys,
     store_prefix,
@@ -54,6 +55,22 @@ def test_continuing_from_restored_pages_matches_full_forward(model_and_tokens) -
         continued = model(ids[:, cached:], cache=restored, use_cache=True)
     torch.testing.assert_close(continued.logits[:, -1], full.logits[:, -1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(continued.logits, full.logits[:, cached:], rtol=1e-5, atol=1e-5)
+
+
+def test_a_restored_cache_holds_the_loaded_tensors_not_a_copy(model_and_tokens) -> None:
+    model, tokens = model_and_tokens
+    ids = torch.tensor([tokens])
+    with torch.no_grad():
+        full = model(ids, use_cache=True)
+        layers = [(layer.keys[:, :, :64].clone(), layer.values[:, :, :64].clone())
+                  for layer in full.past_key_values.layers]  # fmt: skip
+        kv = kv_cache_of(layers, model.config)
+        assert [layer.keys.data_ptr() for layer in kv.layers] == [k.data_ptr() for k, _ in layers]
+        assert kv.get_seq_length() == 64
+        continued = model(ids[:, 64:], cache=kv, use_cache=True)
+    torch.testing.assert_close(continued.logits, full.logits[:, 64:], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="1 layers of KV for a model of 2"):
+        kv_cache_of(layers[:1], model.config)
 
 
 def test_longest_prefix_is_used_and_other_tenants_get_nothing(model_and_tokens) -> None:

@@ -6,7 +6,11 @@ nothing to load), from the memory tier, the SSD tier and a private Redis. A rest
 full pages of all the prompt's tokens but the last (as `HFBackend` does: next-token logits need
 one computed token), and its TTFT is the load plus the prefill of the uncached suffix. Redis is
 also read page by page (one GET a page, the way chains were read before batched reads) and in
-one single batch (one MGET, no read-ahead), beside the default doubling read-ahead.
+one single batch (one MGET, no read-ahead), beside the default doubling read-ahead. Under
+`redis_transport`, the same pages' bytes are fetched with the bare client, nothing decoded or
+promoted (one MGET, then one GET per page): the floor of any Redis restore, and a measure of
+what round trips cost at this page size (at GPT-2 small's 1.2 MB pages on a local Redis, the
+bytes cost far more than the round trips).
 
 The model is built from a config with random weights: the compute costs what the shape costs,
 the text is meaningless. GPT-2 small's shape (124M parameters; its context stretched to the
@@ -33,6 +37,7 @@ from cache_runtime.kv_pages import (
     PAGE_TOKENS,
     decode_page,
     encode_page,
+    kv_cache_of,
     load_prefix,
     page_keys,
     store_prefix,
@@ -100,7 +105,6 @@ def _page_by_page(cache: HybridCache, tokens: Sequence[int], config: Any) -> tup
     """A chain read one page per round trip, concatenated at the end (the read before batched
     chain reads): the baseline of `redis_page_by_page_ms`."""
     import torch
-    from transformers import DynamicCache
 
     pages, parent = [], None
     for key in page_keys(TENANT, MODEL_ID, tokens):
@@ -113,7 +117,7 @@ def _page_by_page(cache: HybridCache, tokens: Sequence[int], config: Any) -> tup
         (torch.cat([p[i][0] for p in pages], dim=2), torch.cat([p[i][1] for p in pages], dim=2))
         for i in range(len(pages[0]))
     ]  # n pages of (1, heads, 16, d) -> (1, heads, 16n, d) per layer
-    return DynamicCache(ddp_cache_data=per_layer, config=config), len(pages) * PAGE_TOKENS
+    return kv_cache_of(per_layer, config), len(pages) * PAGE_TOKENS
 
 
 def bench_kv(
@@ -219,6 +223,14 @@ def _one_length(
             prepare=tiers.restarted_node,
         ),
     }
+    transport = {
+        "one_mget_ms": timer.median_ms(
+            lambda keys: _every_page(client.mget(keys)), prepare=tiers.redis_keys
+        ),
+        "get_by_get_ms": timer.median_ms(
+            lambda keys: _every_page([client.get(key) for key in keys]), prepare=tiers.redis_keys
+        ),
+    }
     tiers.close()
     cold = ways["cold_ms"]
     return {
@@ -228,6 +240,7 @@ def _one_length(
             for name in ("in_process", "memory", "ssd", "redis")
         },
         "batched_vs_page_by_page": round(ways["redis_page_by_page_ms"] / ways["redis_ms"], 2),
+        "redis_transport": transport,
         "bytes_per_token": round(page_bytes / PAGE_TOKENS, 1),
     }  # fmt: skip
 
@@ -246,7 +259,9 @@ class _FilledTiers:
         self.memory = HybridCache([MemoryTier(self.room)])
         self.ssd = HybridCache([SSDTier(workdir / "ssd", self.room)])
         self._nodes: list[HybridCache] = []
-        shared = HybridCache([RedisTier(client, namespace="kv-bench")])
+        self._redis = RedisTier(client, namespace="kv-bench")
+        shared = HybridCache([self._redis])
+        self._page_keys = page_keys(TENANT, MODEL_ID, prompt.tokens[:-1])
         for name, cache in (("memory", self.memory), ("ssd", self.ssd), ("redis", shared)):
             stored = store_prefix(cache, TENANT, MODEL_ID, prompt.tokens, prompt.cold.cache)
             if stored != self.pages:
@@ -263,9 +278,19 @@ class _FilledTiers:
         ], write_through=["memory", "redis"])]  # fmt: skip
         return self._nodes[0]
 
+    def redis_keys(self) -> list[str]:
+        """The Redis names of the prefix's pages, for the raw client's reads."""
+        return [self._redis.redis_key(key.to_string()) for key in self._page_keys]
+
     def close(self) -> None:
         for cache in (self.memory, self.ssd, *self._nodes):
             cache.close()
+
+
+def _every_page(values: list[bytes | None]) -> None:
+    """A transport read that missed a page timed less than the prefix: fail instead."""
+    if not values or any(value is None for value in values):
+        raise RuntimeError("the raw Redis read missed pages of the prefix")
 
 
 def _first_page(kv: Any) -> bytes:
