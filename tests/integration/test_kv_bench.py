@@ -21,7 +21,7 @@ def test_a_short_run_reports_every_way_for_every_length() -> None:
     assert set(result["lengths"]) == {"48", "80"}
     for length, row in result["lengths"].items():
         assert all(row[f"{way}_ms"] > 0 for way in WAYS)
-        assert set(row["redis_transport"]) == {"one_mget_ms", "get_by_get_ms"}
+        assert set(row["redis_transport"]) == {"mget_ms", "get_by_get_ms"}
         assert set(row["ratio_to_cold"]) == {"in_process", "memory", "ssd", "redis"}
         assert row["ratio_to_cold"]["memory"] == pytest.approx(
             row["memory_ms"] / row["cold_ms"], rel=1e-2
