@@ -63,13 +63,26 @@ def run_replay_stage(lake: Lake, settings: Settings, console: Console) -> dict[s
 
 
 def _print_table(summaries: dict[str, dict[str, Any]], console: Console) -> None:
+    console.print(replay_table(summaries))
+
+
+def replay_table(summaries: dict[str, dict[str, Any]]) -> Table:
+    """The report's table turned on its side: one column per arm, one row per figure.
+
+    Eight figures side by side need some 150 columns; a terminal of 80 (and `make demo`'s output
+    in a pipe, which rich renders at 80) cut the arm names and headers to "refere…", "p50/p9…".
+    Three arms side by side fit, wrapping at spaces where they must.
+    """
     title = (
         "A/B replay of the latest traffic, 3 restarts; TTFT from the queue-aware reference "
         "model (a 7-8B model on one GPU, FIFO chunked prefill)"
     )
+    rows = arm_rows(summaries)
     table = Table(title=title, title_justify="left")
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column == "arm" else "right")
-    for row in arm_rows(summaries):
-        table.add_row(*row_cells(row))
-    console.print(table)
+    table.add_column("", justify="left", ratio=3)
+    for row in rows:
+        table.add_column(row["label"], justify="right", ratio=2)
+    cells = [row_cells(row) for row in rows]  # per arm, in `COLUMNS` order
+    for i, figure in enumerate(COLUMNS[1:], start=1):
+        table.add_row(figure, *(arm[i] for arm in cells))
+    return table
