@@ -62,8 +62,22 @@ def run_replay_stage(lake: Lake, settings: Settings, console: Console) -> dict[s
     } | {"restore_reference": summaries["on"]["restore_reference"], "report": str(report)}
 
 
+# Below this share of busy prefill servers no queue forms, and what the cache saves is each
+# request's own prefill only: the table says so, instead of leaving "warm-up saves nothing".
+IDLE_UTILISATION = 0.2
+
+
 def _print_table(summaries: dict[str, dict[str, Any]], console: Console) -> None:
     console.print(replay_table(summaries))
+    busy = summaries["off"]["utilisation"]
+    if busy < IDLE_UTILISATION:
+        console.print(
+            f"The node is {busy:.1%} busy at the demo's rate, so no queue forms and TTFT is each "
+            "request's own prefill. Where a cold node's misses fill the queue: `preheat replay "
+            "--trace $TRACES/mooncake_synthetic_trace.jsonl --format mooncake --memory 0.05 "
+            "--ssd 0.2 --restart-every 300 --warmup on --latency reference --load 2` "
+            "(docs/replay.md)."
+        )
 
 
 def replay_table(summaries: dict[str, dict[str, Any]]) -> Table:

@@ -36,3 +36,18 @@ def test_every_arm_and_figure_is_printed_whole_at_80_columns() -> None:
         assert figure in text
     for word in ("warm-up", "off", "on", "restore", "reference", "precision", "utilisation"):
         assert word in text
+
+
+def test_an_idle_node_is_named_as_the_reason_ttft_barely_moves() -> None:
+    from models.evaluation.demo_replay import _print_table
+
+    def printed(busy: float) -> str:
+        reference = _block(0.5, 31.4, busy)
+        summaries = {"off": {**_block(0.5, 31.4, busy), "warmup": None,
+                             "restore_reference": reference}}  # fmt: skip
+        out = io.StringIO()
+        _print_table(summaries, Console(file=out, width=200, color_system=None))
+        return out.getvalue()
+
+    assert "0.1% busy" in printed(0.001) and "--load 2" in printed(0.001)
+    assert "busy at the demo's rate" not in printed(0.6)
