@@ -23,6 +23,7 @@ stay in clock seconds. The tiers are the fast replay's (`sim_tiers`) unless `rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import Any
@@ -41,6 +42,12 @@ from models.evaluation.replay.summary import TIERS, after_restart_mask, summariz
 from models.evaluation.replay.warming import HeatManifest, WarmWorker
 
 __all__ = ["after_restart_mask", "summarize"]  # re-exported: the replay's public surface
+
+# what plans the rehydration after a restart: `plan_warmup`, or `hindsight.HindsightPlanner`
+Planner = Callable[
+    [WarmWorker, Node, DemandModel, tuple[HeatManifest, ...], float, "ReplayConfig", int, int],
+    None,
+]
 
 
 @dataclass(frozen=True)
@@ -184,8 +191,10 @@ def replay_arm(
     config: ReplayConfig,
     latency: ReplayLatency,
     redis_url: str | None = None,
+    planner: Planner = plan_warmup,
 ) -> ArmResult:
-    """One replay of the whole trace; see the module docstring for what it models."""
+    """One replay of the whole trace; see the module docstring for what it models. `planner`
+    plans each rehydration (`hindsight.HindsightPlanner` for the plan that knows the future)."""
     trace = prepared.trace
     memory_blocks, ssd_blocks = _sizes(config, len(prepared.keys))
     node, value = _node(config, prepared, redis_url), bytes(config.value_bytes)
@@ -211,7 +220,7 @@ def replay_arm(
                 worker.forget_local()
                 restarts.append(float(next_restart))
                 if config.warmup:
-                    plan_warmup(
+                    planner(
                         worker, node, demand, (manifest, recent), next_restart, config,
                         memory_blocks, ssd_blocks,
                     )  # fmt: skip
