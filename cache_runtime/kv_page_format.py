@@ -8,7 +8,10 @@ A restore copies each page once, into the prefix's per-layer tensors (`kv_pages.
 decoding need not copy it before: `safetensors.torch.load` does (its `deserialize` hands each
 tensor out as new bytes), which for 2,048 tokens of GPT-2 small (128 pages of 24 tensors) was
 ~27 ms of the restore's main thread on the 2-core machine. Hence the format's header is read
-here, and checked as strictly as the library checks it; the tensors are views of the page.
+here, and checked as strictly as the library checks it (`_tensor_spans`).
+
+The tensors are views of the bytes a tier returned, which for the memory tier are the value it
+keeps: never write to them (torch does not stop it), copy first.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import math
 import struct
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -32,9 +36,7 @@ _DTYPES = {
     "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
 }  # fmt: skip
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
-# torch warns, once per process, that a view of bytes (read-only) is not writable: these views
-# are only ever copied from
-_READ_ONLY = "The given buffer is not writable"
+_READ_ONLY = "The given buffer is not writable"  # torch's warning (`_consume_read_only_warning`)
 
 
 def encode_page(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> bytes:
@@ -74,12 +76,13 @@ def decode_page(
 
 def _safetensors_views(data: bytes) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors buffer as views of it (the format: an 8-byte little-endian
-    header size, a JSON header naming each tensor's dtype, shape and [begin, end) offsets in
-    the data after it, then the data). Checked as the library checks: the header inside the
-    buffer, a known dtype, offsets that tile the data in order with nothing left over, and
-    each span exactly its shape's bytes; anything else is a ValueError."""
+    header size, a UTF-8 JSON header naming each tensor's dtype, shape and [begin, end) offsets
+    in the data after it, then the data). The header is checked as the library checks it
+    (`_tensor_spans`); anything else is a ValueError, whatever the header holds."""
     import torch
 
+    if type(data) is not bytes:  # a view of a mutable buffer would change under the tensors
+        data = bytes(data)
     if sys.byteorder != "little":  # the data is little-endian: views would be wrong here
         from safetensors.torch import load
 
@@ -89,48 +92,92 @@ def _safetensors_views(data: bytes) -> dict[str, torch.Tensor]:
             raise ValueError(f"not a KV page: {err}") from err
     try:
         start, spans = _tensor_spans(data)
-        dtypes = {name: getattr(torch, _DTYPES[dtype]) for name, dtype, _, _ in spans}
-    except (struct.error, UnicodeDecodeError, KeyError, TypeError, ValueError) as err:
+    except (ValueError, RecursionError) as err:
         raise ValueError(f"not a KV page: {err}") from err
+    _consume_read_only_warning()
     tensors = {}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", _READ_ONLY, UserWarning)
-        for name, _, shape, begin in spans:
-            dtype, count = dtypes[name], math.prod(shape)
-            if not count:  # frombuffer refuses an empty view
-                tensors[name] = torch.empty(shape, dtype=dtype)
-                continue
-            flat = torch.frombuffer(data, dtype=dtype, count=count, offset=start + begin)
-            tensors[name] = flat.view(shape)
+    for name, dtype_name, shape, begin in spans:
+        dtype, count = getattr(torch, _DTYPES[dtype_name]), math.prod(shape)
+        if not count:  # frombuffer refuses an empty view
+            tensors[name] = torch.empty(shape, dtype=dtype)
+            continue
+        flat = torch.frombuffer(data, dtype=dtype, count=count, offset=start + begin)
+        tensors[name] = flat.view(shape)
     return tensors
 
 
 def _tensor_spans(data: bytes) -> tuple[int, list[tuple[str, str, list[int], int]]]:
     """(where the data starts, [(name, dtype, shape, begin)] in data order) of a safetensors
-    buffer, after checking its header (see `_safetensors_views`)."""
-    (size,) = struct.unpack_from("<Q", data)
+    buffer. As the library requires: a header inside the buffer, in UTF-8, an object of tensors
+    each with a known dtype, a shape of non-negative integers and two integer offsets, and
+    string metadata; offsets that tile the data in order with nothing left over, each span its
+    shape's bytes exactly. And each tensor aligned to its item size, as torch needs of a view.
+
+    Raises:
+        ValueError: any of these does not hold (the message says which).
+    """
+    (size,) = struct.unpack_from("<Q", data) if len(data) >= 8 else (0,)
     if not 2 <= size <= len(data) - 8:
         raise ValueError(f"header of {size} bytes in a buffer of {len(data)}")
-    header = json.loads(data[8 : 8 + size])
+    header = json.loads(data[8 : 8 + size].decode("utf-8"), parse_constant=_no_constant)
     if not isinstance(header, dict):
         raise ValueError("the header is not an object")
-    header.pop("__metadata__", None)
-    spans, filled = [], 0
-    for name, spec in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
-        itemsize = _ITEMSIZE[spec["dtype"]]
-        shape = [int(n) for n in spec["shape"]]
-        begin, stop = (int(n) for n in spec["data_offsets"])
-        if (
-            begin != filled
-            or any(n < 0 for n in shape)
-            or stop - begin != math.prod(shape) * itemsize
-        ):
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(type(v) is str for v in metadata.values()):
+        raise ValueError("__metadata__ is not an object of strings")
+    start, found = 8 + size, []
+    for name, spec in header.items():
+        if not isinstance(spec, dict) or spec.get("dtype") not in _ITEMSIZE:
+            raise ValueError(f"{name}: no known dtype")
+        shape, offsets = spec.get("shape"), spec.get("data_offsets")
+        if not _ints(shape, 0) or not _ints(offsets, 2):
+            raise ValueError(f"{name}: shape {shape}, data_offsets {offsets}")
+        found.append((offsets[0], offsets[1], name, spec["dtype"], shape))
+    filled, spans = 0, []
+    for begin, stop, name, dtype, shape in sorted(found):
+        itemsize = _ITEMSIZE[dtype]
+        if begin != filled or stop - begin != math.prod(shape) * itemsize:
             raise ValueError(f"{name}: data_offsets {begin}, {stop} do not tile the data")
-        spans.append((name, spec["dtype"], shape, begin))
+        if (start + begin) % itemsize:
+            raise ValueError(f"{name}: data at {start + begin}, not aligned to {itemsize} bytes")
+        spans.append((name, dtype, shape, begin))
         filled = stop
-    if filled != len(data) - 8 - size:
-        raise ValueError(f"{len(data) - 8 - size - filled} bytes after the last tensor")
-    return 8 + size, spans
+    if filled != len(data) - start:
+        raise ValueError(f"{len(data) - start - filled} bytes after the last tensor")
+    return start, spans
+
+
+def _ints(value: object, length: int) -> bool:
+    """`value` is a list of non-negative ints (exactly `length` of them, unless 0)."""
+    return (
+        isinstance(value, list)
+        and (not length or len(value) == length)
+        and all(type(n) is int and n >= 0 for n in value)
+    )
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} in the header")  # NaN and Infinity: JSON has no such numbers
+
+
+_read_only_warned = threading.Event()
+_warning_lock = threading.Lock()
+
+
+def _consume_read_only_warning() -> None:
+    """torch warns, once per process, that a view of bytes (read-only) is not writable; these
+    views are only ever copied from. Warned here once, under a filter, so that no decode has to
+    change the process's warning filters (not thread-safe) around its views."""
+    if _read_only_warned.is_set():
+        return
+    import torch
+
+    with _warning_lock:
+        if not _read_only_warned.is_set():
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", _READ_ONLY, UserWarning)
+                torch.frombuffer(b"\0\0\0\0", dtype=torch.uint8)
+            _read_only_warned.set()
 
 
 def page_problem(

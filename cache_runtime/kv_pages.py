@@ -148,7 +148,8 @@ def stream_prefix(
     """Cached pages of `tokens` in order, read ahead in doubling chunks (see the module's
     docstring); ends at the first page not cached, or not whole: that one is counted in
     `cache.metrics.errors` under the tier that served it, op "kv_page", and treated as a miss.
-    `session`: as in `store_prefix`; each page yielded counts as read by it."""
+    `session`: as in `store_prefix`; each page yielded counts as read by it. A page's tensors are
+    views of the value its tier returned (the memory tier's own copy): copy before writing."""
     if not 0 < first_chunk <= max_chunk:
         raise ValueError(f"need 0 < first_chunk <= max_chunk, got {first_chunk}, {max_chunk}")
     first: list[tuple[torch.Tensor, torch.Tensor]] | None = None

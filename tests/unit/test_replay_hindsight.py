@@ -1,4 +1,4 @@
-"""The warm-up plan of hindsight (`benchmarks/warmup_ceiling.py`): which blocks it keeps, and that
+"""The warm-up plan of hindsight (`benchmarks/warmup_hindsight.py`): which blocks it keeps, and that
 through the replay's worker it rebuilds what the next requests ask for, seen before or not."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from cache_runtime.traces import AccessTrace
 from models.evaluation.replay.engine import PreparedTrace, ReplayConfig, replay_arm
-from models.evaluation.replay.hindsight import HindsightPlanner, in_time, warmup_ceiling
+from models.evaluation.replay.hindsight import HindsightPlanner, in_time, warmup_hindsight
 from models.evaluation.replay.latency import ReplayLatency
 
 LATENCY = ReplayLatency(
@@ -75,12 +75,12 @@ def test_through_the_worker_it_rebuilds_the_next_requests_seen_before_or_not() -
     assert seen.warm["items"] == 2
 
 
-def test_warmup_ceiling_scores_every_warm_arm_against_the_reference() -> None:
+def test_warmup_hindsight_scores_every_warm_arm_against_the_reference() -> None:
     # a restart at 50 s with a burst right after it: the cold node queues
     requests = [(float(t), [1, 2, 3]) for t in range(0, 50, 5)]
     requests += [(52.0 + 0.01 * i, [1, 2, 3]) for i in range(5)]
     config = ReplayConfig(memory=1.0, ssd=1.0, restart_every_s=50.0, window_s=20, warmup=True)
-    result = warmup_ceiling(_trace(requests), config, LATENCY)
+    result = warmup_hindsight(_trace(requests), config, LATENCY)
     ttft = result["after_restart_ttft_ms"]
     assert set(ttft) == {"off", "on", "reference", "hindsight", "hindsight_seen"}
     assert ttft["off"]["p95"] > ttft["reference"]["p95"]

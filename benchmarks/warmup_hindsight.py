@@ -1,4 +1,4 @@
-"""How much of the restore reference's cut a warm-up plan could recover, in hindsight.
+"""How much of the restore reference's cut a warm-up plan that knew the future recovers.
 
 Replays the Mooncake trace as `preheat replay --warmup on --latency reference` does (memory 0.05,
 SSD 0.2, restarts every 300 s), at each --load, with two more arms beside off, on and the restore
@@ -10,7 +10,7 @@ slow to deliver from a plan that does not know which blocks come back first: iss
 60% of the cut at P95. Pass another trace of the same format with --trace. Needs ../shared/data
 unless --trace is given.
 
-Usage: python benchmarks/warmup_ceiling.py [--shared ../shared/data] [--trace FILE]
+Usage: python benchmarks/warmup_hindsight.py [--shared ../shared/data] [--trace FILE]
        [--loads 1,2] [--memory 0.05] [--ssd 0.2] [--restart-every 300]
 """
 
@@ -25,7 +25,7 @@ import orjson
 from cache_runtime.traces import TraceError, load_trace
 from models.evaluation.bench.shared_data import add_shared_argument
 from models.evaluation.replay.engine import ReplayConfig
-from models.evaluation.replay.hindsight import warmup_ceiling
+from models.evaluation.replay.hindsight import warmup_hindsight
 from models.evaluation.replay.latency import REFERENCE
 
 
@@ -40,21 +40,21 @@ def main() -> None:
     args = parser.parse_args()
     path = args.trace or args.shared / "traces" / "mooncake_synthetic_trace.jsonl"
     if not path.is_file():
-        sys.exit(f"warmup_ceiling: {path} not found: pass --shared or --trace")
+        sys.exit(f"warmup_hindsight: {path} not found: pass --shared or --trace")
     try:
         loads = [float(load) for load in args.loads.split(",")]
         sizes = {"memory": args.memory, "ssd": args.ssd, "restart_every_s": args.restart_every}
         configs = [ReplayConfig(**sizes, warmup=True, load=load) for load in loads]
         trace = load_trace(path, "mooncake")
     except (ValueError, TraceError) as err:
-        sys.exit(f"warmup_ceiling: {err}")
+        sys.exit(f"warmup_hindsight: {err}")
     result = {
         "trace": path.name,
         "memory": args.memory,
         "ssd": args.ssd,
         "restart_every_s": args.restart_every,
         "latency": REFERENCE.source,
-        "loads": {str(c.load): warmup_ceiling(trace, c, REFERENCE) for c in configs},
+        "loads": {str(c.load): warmup_hindsight(trace, c, REFERENCE) for c in configs},
     }
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
 
