@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cache_runtime.keys import PrefixKey
-from cache_runtime.kv_page_format import decode_page, encode_page, page_problem
 from cache_runtime.policies import Hint
 from cache_runtime.prefix_hash import PAGE_TOKENS, token_blocks
 
@@ -44,23 +43,11 @@ if TYPE_CHECKING:
 
 FIRST_CHUNK_PAGES = 2  # what the caller starts on
 MAX_CHUNK_PAGES = 64  # 1,024 tokens a round trip: GPT-2 small's KV of it is 75 MB
-# pages copied into the prefix's tensors together, one call per layer's keys or values: a copy
-# per page and tensor was 3,072 calls for 2,048 tokens of GPT-2 small (30-34 ms for 151 MB on the
-# 2-core machine, against 25-26 ms in groups of 16 pages); the group is small enough that the
-# copying still overlaps the fetching of the next chunk
-COPY_PAGES = 16
-
-
-__all__ = [  # the page format's functions are used through this module too
-    "KVPage", "decode_page", "encode_page", "kv_cache_of", "load_prefix", "page_keys",
-    "page_problem", "store_prefix", "stream_prefix",
-]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class KVPage:
-    """One page: per layer (keys, values), each (1, heads, PAGE_TOKENS, head_dim), read-only
-    views of the bytes it was read from (`decode_page`)."""
+    """One page: per layer (keys, values), each (1, heads, PAGE_TOKENS, head_dim)."""
 
     key: PrefixKey
     layers: list[tuple[torch.Tensor, torch.Tensor]]
@@ -69,6 +56,69 @@ class KVPage:
 def page_keys(tenant: str, model_id: str, tokens: Sequence[int]) -> list[PrefixKey]:
     """The prefix keys of a prompt's full 16-token pages (a partial tail has no page)."""
     return PrefixKey.chain(tenant, model_id, token_blocks(list(tokens), PAGE_TOKENS))
+
+
+def encode_page(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> bytes:
+    from safetensors.torch import save
+
+    tensors = {}
+    for i, (keys, values) in enumerate(layers):
+        tensors[f"layer{i}.keys"] = keys.detach().contiguous().cpu()
+        tensors[f"layer{i}.values"] = values.detach().contiguous().cpu()
+    return save(tensors, metadata={"layers": str(len(layers)), "page_tokens": str(PAGE_TOKENS)})
+
+
+def decode_page(
+    data: bytes, like: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The layers of a page, each (keys, values) shaped (1, heads, PAGE_TOKENS, head_dim);
+    given `like` (the first page of a prefix), of its model: same layers, dtype and shapes.
+
+    Raises:
+        ValueError: `data` is not a whole page: not safetensors, a layer missing or with keys
+            or values of another shape, dtype or token count (`page_problem`).
+    """
+    from safetensors.torch import load
+
+    try:
+        tensors = load(data)
+    except Exception as err:  # SafetensorError, or torch refusing a tensor: bytes, not a page
+        raise ValueError(f"not a KV page: {err}") from err
+    count = len(tensors) // 2
+    names = {f"layer{i}.{part}" for i in range(count) for part in ("keys", "values")}
+    if not count or set(tensors) != names:
+        raise ValueError(f"not a KV page: tensors {sorted(tensors)[:4]}...")
+    layers = [(tensors[f"layer{i}.keys"], tensors[f"layer{i}.values"]) for i in range(count)]
+    problem = page_problem(layers, like)
+    if problem:
+        raise ValueError(problem)
+    return layers
+
+
+def page_problem(
+    layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    like: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> str | None:
+    """Why `layers` is not a whole page (of the same model as page `like`), or None.
+
+    Whole: every keys and values tensor (1, heads, PAGE_TOKENS, head_dim), one dtype and,
+    given `like`, its layer count, dtype and per-layer shapes. Concatenated with the pages
+    around it, any other page would shift every position after it.
+    """
+    if like is not None and len(layers) != len(like):
+        return f"{len(layers)} layers, the first page has {len(like)}"
+    dtype = layers[0][0].dtype if like is None else like[0][0].dtype
+    for i, (keys, values) in enumerate(layers):
+        for tensor in (keys, values):
+            if tensor.dim() != 4 or tensor.shape[0] != 1 or tensor.shape[2] != PAGE_TOKENS:
+                return f"layer {i}: shape {tuple(tensor.shape)}, not (1, heads, {PAGE_TOKENS}, d)"
+            if tensor.dtype != dtype:
+                return f"layer {i}: dtype {tensor.dtype}, not {dtype}"
+        if values.shape != keys.shape:
+            return f"layer {i}: values {tuple(values.shape)} != keys {tuple(keys.shape)}"
+        if like is not None and keys.shape != like[i][0].shape:
+            return f"layer {i}: shape {tuple(keys.shape)}, first page {tuple(like[i][0].shape)}"
+    return None
 
 
 def store_prefix(
@@ -148,8 +198,7 @@ def stream_prefix(
     """Cached pages of `tokens` in order, read ahead in doubling chunks (see the module's
     docstring); ends at the first page not cached, or not whole: that one is counted in
     `cache.metrics.errors` under the tier that served it, op "kv_page", and treated as a miss.
-    `session`: as in `store_prefix`; each page yielded counts as read by it. A page's tensors are
-    views of the value its tier returned (the memory tier's own copy): copy before writing."""
+    `session`: as in `store_prefix`; each page yielded counts as read by it."""
     if not 0 < first_chunk <= max_chunk:
         raise ValueError(f"need 0 < first_chunk <= max_chunk, got {first_chunk}, {max_chunk}")
     first: list[tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -221,45 +270,30 @@ def load_prefix(
     max_chunk: int = MAX_CHUNK_PAGES,
 ) -> tuple[Any, int]:
     """(DynamicCache of the longest cached prefix or None, number of tokens it covers).
-    `session`, `first_chunk`, `max_chunk`: as in `stream_prefix`. The pages are copied, as they
-    arrive, in groups of `COPY_PAGES`, into per-layer tensors sized for the whole prompt: one
-    copy, overlapped with the fetching of the next chunk."""
+    `session`, `first_chunk`, `max_chunk`: as in `stream_prefix`. Each page is copied, as it
+    arrives, into per-layer tensors sized for the whole prompt: one copy, overlapped with the
+    fetching of the next."""
     capacity = len(page_keys(tenant, model_id, tokens)) * PAGE_TOKENS
     per_layer: list[tuple[torch.Tensor, torch.Tensor]] = []
-    waiting: list[KVPage] = []  # pages not yet copied in
     filled = 0
     for page in stream_prefix(cache, tenant, model_id, tokens, session, first_chunk, max_chunk):
         if not per_layer:  # (1, heads, capacity, head_dim) per layer, like the first page
             per_layer = [
-                (k.new_empty(_with_tokens(k, capacity)), v.new_empty(_with_tokens(v, capacity)))
-                for k, v in page.layers
+                (
+                    keys.new_empty(_with_tokens(keys, capacity)),
+                    values.new_empty(_with_tokens(values, capacity)),
+                )
+                for keys, values in page.layers
             ]
-        waiting.append(page)
-        if len(waiting) == COPY_PAGES:
-            filled, waiting = _copy_in(per_layer, waiting, filled), []
-    filled = _copy_in(per_layer, waiting, filled)
+        for (keys, values), (new_keys, new_values) in zip(per_layer, page.layers, strict=True):
+            keys[:, :, filled : filled + PAGE_TOKENS].copy_(new_keys)
+            values[:, :, filled : filled + PAGE_TOKENS].copy_(new_values)
+        filled += PAGE_TOKENS
     if not filled:
         return None, 0
     # views of the tokens the pages held: (1, heads, filled, head_dim)
     held = [(keys[:, :, :filled], values[:, :, :filled]) for keys, values in per_layer]
     return kv_cache_of(held, config), filled
-
-
-def _copy_in(
-    per_layer: list[tuple[torch.Tensor, torch.Tensor]], pages: list[KVPage], filled: int
-) -> int:
-    """Copy `pages` into `per_layer` from token `filled` on, one call per layer for its keys
-    and one for its values (see `COPY_PAGES`); returns the tokens filled after them."""
-    import torch
-
-    if not pages:
-        return filled
-    end = filled + len(pages) * PAGE_TOKENS
-    for i, (keys, values) in enumerate(per_layer):
-        # n pages of (1, heads, PAGE_TOKENS, head_dim) -> (1, heads, n x PAGE_TOKENS, head_dim)
-        torch.cat([page.layers[i][0] for page in pages], dim=2, out=keys[:, :, filled:end])
-        torch.cat([page.layers[i][1] for page in pages], dim=2, out=values[:, :, filled:end])
-    return end
 
 
 def kv_cache_of(layers: Sequence[tuple[torch.Tensor, torch.Tensor]], config: Any) -> Any:
