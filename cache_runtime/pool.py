@@ -239,8 +239,9 @@ class PoolPolicy(EvictionPolicy):
         for key in self._history:
             rebuilt.access(key, None)
         live, simulated = rebuilt.policy, rebuilt.resident
-        for key in simulated - resident:
-            live.on_remove(key)
+        for key, _ in live.ranked():  # in the policy's order, not a set's (hash-seeded) one
+            if key not in resident:
+                live.on_remove(key)
         for key, _ in ranked:  # kept by the old leader, not by the new one: evicted first
             if key not in simulated:
                 live.on_insert(key, 0.0, None)

@@ -3,6 +3,12 @@ the tier's buffered hits switch it exactly where eager hits do."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -219,6 +225,64 @@ def test_a_switch_hands_over_every_resident_key() -> None:
         pool.on_insert(key, 0.0, None)
         resident.add(key)
     assert pool.switches and {key for key, _ in pool.ranked()} == resident
+
+
+# Hot pages read again and again, then a scan: LRU keeps the scan, ARC the hot pages. A switch
+# to ARC removes, from the rebuilt ARC, the hot pages the cache no longer holds; ARC keeps a
+# ghost of each in removal order. Prints every removal ARC saw.
+_SWITCH_TO_ARC = """
+import json
+from cache_runtime import pool as pools
+from cache_runtime.prefix_policies import PrefixARC
+
+removed = []
+
+class Recording(PrefixARC):
+    def on_remove(self, key):
+        removed.append(key)
+        super().on_remove(key)
+
+pools.CANDIDATES["arc"] = pools.Candidate(Recording, False, "records its removals")
+pool = pools.PoolPolicy(("lru", "arc"), capacity=8)
+resident = set()
+
+def access(key):
+    if key in resident:
+        pool.on_access(key, 0.0)
+        return
+    if len(resident) >= 8:
+        gone = pool.victim(lambda _: False)
+        pool.on_remove(gone)
+        resident.discard(gone)
+    pool.on_insert(key, 0.0, None)
+    resident.add(key)
+
+for _ in range(6):
+    for i in range(6):
+        access(f"hot-{i}")
+for i in range(8):
+    access(f"scan-{i}")
+removed.clear()
+pool.target = pool.pool.index("arc")
+access("page-new")
+print(json.dumps(removed))
+"""
+
+
+def test_a_switch_removes_in_the_same_order_in_every_process() -> None:
+    """String keys hash differently in each process (PYTHONHASHSEED): a switch that removed
+    keys in a set's order gave ARC its ghosts in another order each run, and a replay of the
+    Mooncake trace with restarts served different blocks from run to run."""
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", _SWITCH_TO_ARC], capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)}, cwd=Path(__file__).parents[2],
+        ).stdout
+        for seed in (1, 2, 3, 4)
+    }  # fmt: skip
+    assert len(runs) == 1
+    removed = json.loads(runs.pop())
+    assert {f"hot-{i}" for i in range(6)} <= set(removed)  # the switch did remove hot pages
 
 
 def test_pool_and_rate_are_checked() -> None:
