@@ -32,7 +32,6 @@ import numpy as np
 
 from cache_runtime.traces import AccessTrace
 from models.evaluation.replay.engine import (
-    ArmResult,
     PreparedTrace,
     ReplayConfig,
     comparison_configs,
@@ -42,7 +41,13 @@ from models.evaluation.replay.engine import (
     scale_load,
 )
 from models.evaluation.replay.latency import ReplayLatency
-from models.evaluation.replay.summary import after_restart_mask, recovered, restart_windows_ms
+from models.evaluation.replay.summary import (
+    after_restart_mask,
+    recovered,
+    restart_windows_ms,
+    warmup_figures,
+    window_stats,
+)
 
 if TYPE_CHECKING:
     from models.evaluation.replay.demand import DemandModel
@@ -135,7 +140,8 @@ def warmup_hindsight(
     restarts = arms["off"].restarts
     after = after_restart_mask(request_times(scaled), restarts, config.window_s)
     windows = restart_windows_ms(restarts, config.window_s)
-    ttft = {name: _after_restart_ttft(arm, after) for name, arm in arms.items()}
+    stats = {name: window_stats(arm, after, windows) for name, arm in arms.items()}
+    ttft = {name: {q: s["ttft_ms"][q] for q in ("p95", "mean")} for name, s in stats.items()}
     return {
         "load": config.load,
         "restarts": len(restarts),
@@ -147,26 +153,11 @@ def warmup_hindsight(
             }
             for name in WARM_ARMS
         },
-        "warmup": {name: _warm_figures(arms[name]) for name in WARM_ARMS},
-        "utilisation_after_restart": {
-            name: round(arm.queue.utilisation(windows), 4) if arm.queue and windows else None
-            for name, arm in arms.items()
+        "warmup": {
+            name: {k: warmup_figures(arms[name], warm)[k] for k in ("items", "precision", "cost_s")}
+            for name in WARM_ARMS
         },
-    }
-
-
-def _after_restart_ttft(arm: ArmResult, after: np.ndarray) -> dict[str, float]:
-    values = arm.ttft_ms[after]
-    if not len(values):
-        return {"p95": 0.0, "mean": 0.0}
-    p95, mean = float(np.percentile(values, 95)), float(values.mean())
-    return {"p95": round(p95, 2), "mean": round(mean, 2)}
-
-
-def _warm_figures(arm: ArmResult) -> dict[str, float]:
-    items = int(arm.warm.get("items", 0))
-    return {
-        "items": items,
-        "precision": round(arm.warm.get("used", 0) / items, 4) if items else 0.0,
-        "cost_s": arm.warm.get("cost_s", 0.0),
+        "utilisation_after_restart": {
+            name: s["utilisation"] if windows else None for name, s in stats.items()
+        },
     }

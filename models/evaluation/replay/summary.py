@@ -88,7 +88,9 @@ def recovered(off: float, on: float, reference: float) -> float | None:
     return round((off - on) / cut, 4) if cut > 0 else None
 
 
-def _warmup(result: ArmResult, config: ReplayConfig) -> dict[str, Any]:
+def warmup_figures(result: ArmResult, config: ReplayConfig) -> dict[str, Any]:
+    """An arm's warm-up: items delivered, their precision and cost, the plans' target and their
+    own forecast of the precision."""
     items = int(result.warm.get("items", 0))
     return {
         "items": items,
@@ -121,7 +123,7 @@ def summarize(
         "ttft_ms": block["ttft_ms"],
         "utilisation": block["utilisation"],
         "after_restart": block["after_restart"],
-        "warmup": _warmup(result, config),
+        "warmup": warmup_figures(result, config),
         "restore_reference": arm_block(arms["reference"], after, windows),
     }
     if asked == "on" and "off" in arms:
