@@ -142,6 +142,7 @@ def warmup_hindsight(
     windows = restart_windows_ms(restarts, config.window_s)
     stats = {name: window_stats(arm, after, windows) for name, arm in arms.items()}
     ttft = {name: {q: s["ttft_ms"][q] for q in ("p95", "mean")} for name, s in stats.items()}
+    warmed = {name: warmup_figures(arms[name], warm) for name in WARM_ARMS}
     return {
         "load": config.load,
         "restarts": len(restarts),
@@ -154,8 +155,8 @@ def warmup_hindsight(
             for name in WARM_ARMS
         },
         "warmup": {
-            name: {k: warmup_figures(arms[name], warm)[k] for k in ("items", "precision", "cost_s")}
-            for name in WARM_ARMS
+            name: {k: figures[k] for k in ("items", "precision", "cost_s")}
+            for name, figures in warmed.items()
         },
         "utilisation_after_restart": {
             name: s["utilisation"] if windows else None for name, s in stats.items()
