@@ -23,7 +23,9 @@ from typing import Any, NoReturn
 
 import orjson
 
-from cache_runtime.traces import TraceError, load_trace
+from cache_runtime.pool import CANDIDATES
+from cache_runtime.simulator import replay
+from cache_runtime.traces import AccessTrace, TraceError, load_trace
 from models.evaluation.bench.cache_bench import MIN_BENCH_CAPACITY, CacheSizeError, bench_cache
 from models.evaluation.bench.shared_data import add_shared_argument
 
@@ -98,9 +100,11 @@ def _missing(shared: Path, relative: str) -> str | None:
     return None if (shared / relative).is_file() else f"not found under {shared}"
 
 
-def _cache_cell(row: Json) -> Json:
-    """One trace x size: the default policy against the best online peer and LRU."""
+def _cache_cell(row: Json, members: dict[str, float]) -> Json:
+    """One trace x size: the default policy against the best online peer and LRU, and against
+    the best of its own pool's members run alone (`members`, name -> hit ratio)."""
     best = row["best_online"]
+    member = max(members, key=members.__getitem__)
     return {
         "preheat": row["preheat"],
         "preheat_no_hints": row["preheat_no_hints"],
@@ -117,7 +121,29 @@ def _cache_cell(row: Json) -> Json:
         "hindsight_gap_closed": row.get(
             "gap_closed_hindsight_end_vs_lru", row.get("gap_closed_app_hints_vs_lru")
         ),
+        "best_member": member,
+        "best_member_hits": members[member],
+        "margin_to_best_member": round(row["preheat"] - members[member], 4),
     }
+
+
+def pool_members_alone(trace: AccessTrace, capacity: int) -> dict[str, float]:
+    """Hit ratio of each candidate of the default pool run alone at `capacity`, with the hints
+    its shadow gets (`Candidate.hinted`): what the pool would hit had it followed that one
+    from the start. Where the best of them is within tolerance of the best online peer and the
+    pool is not, the pool's selection lost the hits, not its choice of candidates."""
+    return {
+        name: round(
+            float(
+                replay(
+                    candidate.make(), trace.accesses, trace.request_starts, capacity,
+                    hints=candidate.hinted,
+                ).mean()
+            ),
+            4,
+        )
+        for name, candidate in CANDIDATES.items()
+    }  # fmt: skip
 
 
 def cache_trace(path: Path, fmt: str, sizes: Sequence[float]) -> Json:
@@ -138,7 +164,10 @@ def cache_trace(path: Path, fmt: str, sizes: Sequence[float]) -> Json:
         return out
     result = bench_cache(trace, usable, _say)
     out["req_per_s"] = result["req_per_s"]
-    out["cells"] = {size: _cache_cell(row) for size, row in result["sizes"].items()}
+    out["cells"] = {
+        size: _cache_cell(row, pool_members_alone(trace, row["capacity"]))
+        for size, row in result["sizes"].items()
+    }
     return out
 
 
@@ -188,6 +217,26 @@ def cache_worst(traces: Json) -> Json | None:
         "best_online_policy": cell["best_online_policy"],
         "margin_to_lru": lru_cell["margin_to_lru"],
         "margin_to_lru_where": lru_where,
+    }
+
+
+def cache_short_cells(traces: Json) -> Json:
+    """The cells more than the tolerance below the best online peer, split by cause: where some
+    member of the pool alone is within the tolerance (the selection lost the hits) and where
+    none is (the pool lacks a candidate that good)."""
+    short = [
+        (where, c)
+        for where, c in _cache_cells(traces)
+        if c["margin_to_best_online"] < -CACHE_TOLERANCE
+    ]
+    selection = [
+        where for where, c in short if c["best_member_hits"] >= c["best_online"] - CACHE_TOLERANCE
+    ]
+    return {
+        "short": len(short),
+        "of_cells": len(_cache_cells(traces)),
+        "a_member_alone_within_tolerance": selection,
+        "no_member_within_tolerance": [where for where, _ in short if where not in selection],
     }
 
 
@@ -352,6 +401,8 @@ def summarise(out: Json) -> None:
         else None,
     }
     out["goals"] = {**cache_goals(cache), **forecast_goals(series, hotset)}
+    if "cache" in out:
+        out["cache_short_cells"] = cache_short_cells(cache)
 
 
 def _family_runs(args: argparse.Namespace) -> dict[str, tuple[str, Callable[[], Json]]]:

@@ -46,11 +46,55 @@ def test_quick_cache_on_a_generated_trace(
         assert cell["ratio_to_best_online"] == pytest.approx(
             cell["preheat"] / cell["best_online"], abs=1e-3
         )
+        assert cell["margin_to_best_member"] == pytest.approx(
+            cell["preheat"] - cell["best_member_hits"], abs=1e-4
+        )
+    short = out["cache_short_cells"]
+    assert short["of_cells"] == 2
+    assert short["short"] == sum(
+        c["margin_to_best_online"] < -robustness.CACHE_TOLERANCE for c in cells.values()
+    )
     worst = out["worst"]["cache_ratio_to_best_online"]
     assert worst["ratio_to_best_online"] == min(c["ratio_to_best_online"] for c in cells.values())
     assert worst["where"].startswith("multi2.trace.gz @ ")
     assert isinstance(out["goals"]["cache_never_below_lru"], bool)
     assert "seconds" in out and "seconds" in out["cache"]
+
+
+def test_pool_members_alone_are_each_candidate_replayed_on_its_own(
+    robustness: ModuleType,
+) -> None:
+    """On a loop a bit larger than the cache LRU hits nothing and LIRS keeps most of it: each
+    member's figure is its own replay, not the pool's."""
+    from cache_runtime.pool import CANDIDATES
+    from cache_runtime.traces import AccessTrace
+
+    accesses = np.tile(np.arange(130), 30)
+    trace = AccessTrace("loop", accesses, np.arange(len(accesses)))
+    members = robustness.pool_members_alone(trace, 100)
+    assert set(members) == set(CANDIDATES)
+    assert members["lru"] == 0.0
+    assert members["lirs"] > 0.5
+
+
+def test_short_cells_are_split_by_whether_a_member_alone_was_good_enough(
+    robustness: ModuleType,
+) -> None:
+    def cell(preheat: float, member: float, best: float = 0.5) -> dict[str, float]:
+        return {"margin_to_best_online": round(preheat - best, 4), "best_online": best,
+                "best_member_hits": member}  # fmt: skip
+
+    traces = {
+        "a": {"cells": {"0.05": cell(0.45, 0.499), "0.1": cell(0.45, 0.45), "0.2": cell(0.5, 0.5)}},
+        "b": {"skipped": "not found"},
+    }
+    short = robustness.cache_short_cells(traces)
+    assert short == {
+        "short": 2,
+        "of_cells": 3,
+        "a_member_alone_within_tolerance": ["a @ 0.05"],
+        "no_member_within_tolerance": ["a @ 0.1"],
+    }
 
 
 def test_missing_shared_gives_skipped_entries(
