@@ -20,7 +20,9 @@ def robustness() -> ModuleType:
     spec = importlib.util.spec_from_file_location("robustness_script", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SCRIPT.parent))  # the script imports its sibling by name
+        spec.loader.exec_module(module)
     return module
 
 
