@@ -25,14 +25,12 @@ import orjson
 
 # a script: its own directory is first on sys.path (tests put it there too)
 from robustness_cache import (
-    CACHE_TOLERANCE,
     Json,
     all_measured,
     cache_goals,
     cache_short_cells,
     cache_trace,
     cache_worst,
-    pool_members_alone,
 )
 
 from cache_runtime.traces import TraceError
@@ -68,7 +66,6 @@ HOTSET_K = 50
 MASE_RATIO_GOAL = 1.01
 SIGNIFICANT_SERIES_GOAL = 2
 FAMILIES = ("cache", "forecast", "hotset")
-__all__ = ["CACHE_TOLERANCE", "cache_short_cells", "main", "pool_members_alone"]  # tests use them
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -55,13 +55,23 @@ def _cache_cell(row: Json, members: dict[str, float]) -> Json:
     }
 
 
-def pool_members_alone(trace: AccessTrace, capacity: int) -> dict[str, float]:
+# pool candidates that `bench cache` already replays alone, with the same hints, under its
+# own column names: their figures are read from its row instead of replayed again (our LRU
+# ignores hints, so the row's hinted replay of it is the plain one)
+IN_BENCH_ROW = {"prefix-slru": "prefix_slru", "prefix-arc": "prefix_arc", "lru": "preheat_lru"}
+
+
+def pool_members_alone(
+    trace: AccessTrace, capacity: int, row: Json | None = None
+) -> dict[str, float]:
     """Hit ratio of each candidate of the default pool run alone at `capacity`, with the hints
     its shadow gets (`Candidate.hinted`): what the pool would hit had it followed that one
     from the start. Where the best of them is within tolerance of the best online peer and the
-    pool is not, the pool's selection lost the hits, not its choice of candidates."""
+    pool is not, the pool's selection lost the hits, not its choice of candidates. `row`: the
+    `bench cache` row of this capacity, whose `IN_BENCH_ROW` figures are used as they are."""
+    known = {name: row[column] for name, column in IN_BENCH_ROW.items()} if row else {}
     return {
-        name: round(
+        name: known[name] if name in known else round(
             float(
                 replay(
                     candidate.make(), trace.accesses, trace.request_starts, capacity,
@@ -96,7 +106,7 @@ def cache_trace(
     result = bench_cache(trace, usable, say)
     out["req_per_s"] = result["req_per_s"]
     out["cells"] = {
-        size: _cache_cell(row, pool_members_alone(trace, row["capacity"]))
+        size: _cache_cell(row, pool_members_alone(trace, row["capacity"], row))
         for size, row in result["sizes"].items()
     }
     return out

@@ -26,6 +26,11 @@ def robustness() -> ModuleType:
     return module
 
 
+@pytest.fixture(scope="module")
+def robustness_cache(robustness: ModuleType) -> ModuleType:
+    return importlib.import_module("robustness_cache")  # imported by the script, cached
+
+
 def write_lirs(path: Path, n: int = 3000, seed: int = 0) -> None:
     """A small LIRS trace (one block number per line, gzipped) with a skewed popularity."""
     rng = np.random.default_rng(seed)
@@ -35,7 +40,10 @@ def write_lirs(path: Path, n: int = 3000, seed: int = 0) -> None:
 
 
 def test_quick_cache_on_a_generated_trace(
-    robustness: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    robustness: ModuleType,
+    robustness_cache: ModuleType,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     write_lirs(tmp_path / "cache_traces" / "lirs" / "multi2.trace.gz")
     assert robustness.main(["--quick", "--only", "cache", "--shared", str(tmp_path)]) == 0
@@ -54,7 +62,7 @@ def test_quick_cache_on_a_generated_trace(
     short = out["cache_short_cells"]
     assert short["of_cells"] == 2
     assert short["short"] == sum(
-        c["margin_to_best_online"] < -robustness.CACHE_TOLERANCE for c in cells.values()
+        c["margin_to_best_online"] < -robustness_cache.CACHE_TOLERANCE for c in cells.values()
     )
     worst = out["worst"]["cache_ratio_to_best_online"]
     assert worst["ratio_to_best_online"] == min(c["ratio_to_best_online"] for c in cells.values())
@@ -64,7 +72,7 @@ def test_quick_cache_on_a_generated_trace(
 
 
 def test_pool_members_alone_are_each_candidate_replayed_on_its_own(
-    robustness: ModuleType,
+    robustness_cache: ModuleType,
 ) -> None:
     """On a loop a bit larger than the cache LRU hits nothing and LIRS keeps most of it: each
     member's figure is its own replay, not the pool's."""
@@ -73,14 +81,31 @@ def test_pool_members_alone_are_each_candidate_replayed_on_its_own(
 
     accesses = np.tile(np.arange(130), 30)
     trace = AccessTrace("loop", accesses, np.arange(len(accesses)))
-    members = robustness.pool_members_alone(trace, 100)
+    members = robustness_cache.pool_members_alone(trace, 100)
     assert set(members) == set(CANDIDATES)
     assert members["lru"] == 0.0
     assert members["lirs"] > 0.5
 
 
+def test_members_read_from_the_bench_row_equal_their_own_replays(
+    robustness_cache: ModuleType,
+) -> None:
+    """The candidates `bench cache` already replays alone are taken from its row: the same
+    figures as replaying them here."""
+    from cache_runtime.traces import AccessTrace
+    from models.evaluation.bench.cache_bench import bench_cache
+
+    rng = np.random.default_rng(4)
+    accesses = rng.zipf(1.2, 4000) % 700
+    trace = AccessTrace("zipf", accesses, np.arange(len(accesses)))
+    row = bench_cache(trace, [0.1])["sizes"]["0.1"]
+    replayed = robustness_cache.pool_members_alone(trace, row["capacity"])
+    assert robustness_cache.pool_members_alone(trace, row["capacity"], row) == replayed
+    assert set(robustness_cache.IN_BENCH_ROW) < set(replayed)
+
+
 def test_short_cells_are_split_by_whether_a_member_alone_was_good_enough(
-    robustness: ModuleType,
+    robustness_cache: ModuleType,
 ) -> None:
     def cell(preheat: float, member: float, best: float = 0.5) -> dict[str, float]:
         return {"margin_to_best_online": round(preheat - best, 4), "best_online": best,
@@ -90,7 +115,7 @@ def test_short_cells_are_split_by_whether_a_member_alone_was_good_enough(
         "a": {"cells": {"0.05": cell(0.45, 0.499), "0.1": cell(0.45, 0.45), "0.2": cell(0.5, 0.5)}},
         "b": {"skipped": "not found"},
     }
-    short = robustness.cache_short_cells(traces)
+    short = robustness_cache.cache_short_cells(traces)
     assert short == {
         "short": 2,
         "of_cells": 3,
