@@ -8,7 +8,16 @@ import pytest
 pytestmark = pytest.mark.integration
 torch = pytest.importorskip("torch")
 
-WAYS = ("cold", "in_process", "memory", "ssd", "redis", "redis_one_batch", "redis_page_by_page")
+WAYS = (
+    "cold",
+    "in_process",
+    "memory",
+    "ssd",
+    "redis",
+    "redis_one_batch",
+    "redis_chunks_of_two",
+    "redis_page_by_page",
+)
 GPT2_SMALL_KV_BYTES_PER_TOKEN = 12 * 2 * 768 * 4  # layers x (keys, values) x width x fp32
 
 

@@ -5,8 +5,10 @@ then with its prefix restored: from the `DynamicCache` kept in this process (the
 nothing to load), from the memory tier, the SSD tier and a private Redis. A restore covers the
 full pages of all the prompt's tokens but the last (as `HFBackend` does: next-token logits need
 one computed token), and its TTFT is the load plus the prefill of the uncached suffix. Redis is
-also read page by page (one GET a page, the way chains were read before batched reads) and in
-one single batch (one MGET, no read-ahead), beside the default doubling read-ahead. Under
+also read page by page (one GET a page, the way chains were read before batched reads), in
+one single batch (one MGET, no read-ahead) and in chunks of two pages read ahead (the seed's
+schedule: two pages to start on, then two at a time while earlier ones are used), beside the
+default doubling read-ahead. Under
 `redis_transport`, the same pages' bytes are fetched with the bare client, nothing decoded or
 promoted (MGETs of 64 pages, then one GET per page): the floor of any Redis restore, and a
 measure of what round trips cost at this page size (at GPT-2 small's 1.2 MB pages on a local
@@ -217,6 +219,10 @@ def _one_length(
         "redis_ms": timer.median_ms(prompt.restored(restore), prepare=tiers.restarted_node),
         "redis_one_batch_ms": timer.median_ms(
             prompt.restored(lambda node: restore(node, first_chunk=pages, max_chunk=pages)),
+            prepare=tiers.restarted_node,
+        ),
+        "redis_chunks_of_two_ms": timer.median_ms(
+            prompt.restored(lambda node: restore(node, first_chunk=2, max_chunk=2)),
             prepare=tiers.restarted_node,
         ),
         "redis_page_by_page_ms": timer.median_ms(
