@@ -29,7 +29,10 @@ class _Entry:
     parent: str | None
     written_ns: int  # time.monotonic_ns() of the write: lets the hybrid cache drop a demotion
     # of a value that an invalidation has superseded meanwhile
-    children: set[str] = field(default_factory=set)
+    # the pages cached under this one, in the order they were written: a dict, not a set, so
+    # that a subtree is removed in the same order in every process (a set of strings iterates
+    # in hash-seed order, and the order of removals decides ARC's and SLRU's ghosts)
+    children: dict[str, None] = field(default_factory=dict)
 
 
 class MemoryTier:
@@ -194,8 +197,8 @@ class MemoryTier:
                         problems.append(f"{key}: parent {entry.parent} not cached")
                     children.setdefault(entry.parent, set()).add(key)
             for key, entry in self._entries.items():
-                if entry.children != children.get(key, set()):
-                    problems.append(f"{key}: children {entry.children} != {children.get(key)}")
+                if entry.children.keys() != children.get(key, set()):
+                    problems.append(f"{key}: children {set(entry.children)} != {children.get(key)}")
             return problems
 
     def close(self) -> None:
@@ -235,7 +238,7 @@ class MemoryTier:
             return False
         self._entries[key] = _Entry(value, expires, pinned, parent, time.monotonic_ns())
         if parent is not None:
-            self._entries[parent].children.add(key)
+            self._entries[parent].children[key] = None
         self.policy.on_insert(key, now, hint)
         self._bytes += len(value)
         return True
@@ -322,7 +325,7 @@ class MemoryTier:
         def keep(key: str) -> bool:
             entry = self._entries[key]
             # a parent becomes evictable once all its children are chosen (they go first)
-            live_children = entry.children and entry.children - chosen.keys()
+            live_children = entry.children and entry.children.keys() - chosen.keys()
             return key in protect or key in chosen or entry.pinned or bool(live_children)
 
         # Choose all victims first and evict only if they free enough: a refused put must not
@@ -348,7 +351,7 @@ class MemoryTier:
         self._bytes -= len(entry.value)
         self.policy.on_remove(key)
         if entry.parent is not None and entry.parent in self._entries:
-            self._entries[entry.parent].children.discard(key)
+            self._entries[entry.parent].children.pop(key, None)
 
     def _remove_with_descendants(self, key: str) -> None:
         """Deleting or expiring a page makes its descendants unusable: they go too.

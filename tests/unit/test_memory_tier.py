@@ -103,6 +103,27 @@ def test_deleting_or_expiring_a_page_removes_its_descendants() -> None:
     assert tier.stats().items == 0 and tier.check() == []
 
 
+def test_a_subtree_goes_in_the_order_its_pages_were_written() -> None:
+    """Deleting a page removes its children in the order they were cached, then the page: the
+    same order in every process (a set of string keys would give hash-seed order, and where a
+    key sits when it goes decides its ghost in ARC or SLRU)."""
+    removed: list[str] = []
+
+    class Recording(LRUPolicy):
+        def on_remove(self, key: str) -> None:
+            removed.append(key)
+            super().on_remove(key)
+
+    tier = MemoryTier(100, policy=Recording())
+    tier.put("root", b"x")
+    children = [f"child-{i}" for i in random.Random(0).sample(range(20), 20)]
+    for child in children:
+        tier.put(child, b"x", parent="root")
+
+    assert tier.delete("root")
+    assert removed == [*children, "root"] and tier.check() == []
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
