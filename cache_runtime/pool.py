@@ -8,11 +8,18 @@ that evicts for the real cache. The shadows see only the trace and the hints, ne
 policy's choices, so the live choice cannot feed back into its own score.
 
 Only the leader keeps state for the real cache. A switch rebuilds the new leader by replaying
-the cache's last accesses (8 per entry) through it in a simulated cache of the same size, then
-reconciles with what is really resident: keys it would hold that are gone are removed, keys the
-old leader kept that it would not are inserted cold (evicted first). Rejected: handing the keys
-over in the old leader's eviction order, with no history (the previous handoff): LIRS taking over
-on gli at 20% then hit 0.128 where LIRS alone hits 0.337, its LIR set never formed.
+the cache's last `MAX_HISTORY` accesses through it in a simulated cache of the same size, then
+reconciles with what is really resident: keys it would hold that are gone become its ghosts
+(`EvictionPolicy.on_lost`: when one returns, it goes where the new leader would have kept it),
+keys the old leader kept that it would not are inserted cold (evicted first). A real cache cannot
+take a shadow's contents, so a switch pays until the new leader has refilled the cache; the
+ghosts make that refill one reuse per key. Over the 44 cells of `benchmarks/robustness.py`
+(2026-12-05) the summed margin to the best libCacheSim policy went from -0.130 (8 accesses per
+entry, gone keys forgotten) to -0.059, the worst ratio from 0.63 to 0.88 (cs 5%: S3-FIFO's main
+queue, frozen on a loop larger than the cache, was never rebuilt). Either half alone was worse
+or less: ghosts with 8 accesses per entry -0.138, the longer history alone -0.095.
+Rejected: handing the keys over in the old leader's eviction order, with no history (the first
+handoff): LIRS taking over on gli at 20% then hit 0.128 where LIRS alone hits 0.337.
 Rejected: keeping every candidate's metadata for the real cache (set dueling, as the previous
 two-member `DuelingPolicy` did): with eight candidates every miss costs eight inserts and
 removals, and the replay fell to a sixth of LRU's speed; a switch costs one replay of the
@@ -72,12 +79,11 @@ DEFAULT_SAMPLE_RATE = 1 / 16
 DEFAULT_WINDOW = 4096  # sampled accesses
 DEFAULT_HYSTERESIS = 0.005  # a challenger must lead by this share of the window's accesses
 DEFAULT_MIN_SHADOW = 128  # entries per shadow at least: the rate rises for small caches
-# accesses kept, per entry of the cache, to rebuild a new leader's state at a switch: 8 closed
-# most of what 0, 2 and 4 left on the LIRS traces (16 and 32 gained nothing more)
-HISTORY_FACTOR = 8
-# and at most this many: a switch runs inside `victim`, on the serving path, and a memory tier of
-# a million small entries would otherwise replay eight million accesses there (seconds); 65,536
-# is a few tenths of a second, and above every shipped trace's 8 x size but Mooncake 20% (70,280)
+# the accesses kept to rebuild a new leader's state at a switch, whatever the cache's size: the
+# more of the past the rebuild sees, the nearer it comes to the state the leader would have had
+# (over the 44 cells, summed margin to the best online policy: 8,192 -0.079; 16,384 to 262,144
+# -0.053 to -0.059). A switch runs inside `victim`, on the serving path: 65,536 is a few tenths
+# of a second there.
 MAX_HISTORY = 1 << 16
 # the hysteresis counts at least this many sampled accesses: early on, a challenger needs
 # about 5 hits of lead, not 1 (over the shipped traces: cells more than 0.003 below the best
@@ -166,9 +172,7 @@ class PoolPolicy(EvictionPolicy):
         self.leader = self.target = 0
         self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
         self._seen = 0
-        # the last accesses, to rebuild a new leader (`_switch`): HISTORY_FACTOR per entry,
-        # of the cache's size once known, before that of the entries so far (doubling)
-        self._history: deque[object] = deque(maxlen=min(HISTORY_FACTOR * 1024, MAX_HISTORY))
+        self._history: deque[object] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -203,8 +207,6 @@ class PoolPolicy(EvictionPolicy):
         self._threshold = round(self._rate * (1 << _SPOT_BITS))
         size = round(self._rate * capacity)
         self._shadows = [_Shadow(candidate, size) for candidate in self._candidates]
-        room = max(1, min(HISTORY_FACTOR * capacity, MAX_HISTORY))
-        self._history = deque(self._history, maxlen=room)
         threshold = self._threshold
         self._sampled = {key for key, _ in self._live.ranked() if _spot(key) < threshold}
 
@@ -241,7 +243,7 @@ class PoolPolicy(EvictionPolicy):
         live, simulated = rebuilt.policy, rebuilt.resident
         for key, _ in live.ranked():  # in the policy's order, not a set's (hash-seeded) one
             if key not in resident:
-                live.on_remove(key)
+                live.on_lost(key)
         for key, _ in ranked:  # kept by the old leader, not by the new one: evicted first
             if key not in simulated:
                 live.on_insert(key, 0.0, None)
@@ -251,9 +253,6 @@ class PoolPolicy(EvictionPolicy):
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
         self._history.append(key)
         self._resident += 1
-        room = self._history.maxlen or 0
-        if self._shadows is None and room < MAX_HISTORY and HISTORY_FACTOR * self._resident > room:
-            self._history = deque(self._history, maxlen=min(2 * room, MAX_HISTORY))
         self._live_insert(key, now, hint if self._hinted else None)
         if _spot(key) < self._threshold:
             self._sampled.add(key)

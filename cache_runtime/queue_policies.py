@@ -59,12 +59,25 @@ class S3FIFOPolicy(EvictionPolicy):
         if self._freq.pop(key, None) is None:
             return
         if self._small.pop(key, 0) is None:
-            self._ghost[key] = None
-            limit = max(1, len(self._freq) - int(len(self._freq) * self.small_share))
-            while len(self._ghost) > limit:
-                self._ghost.popitem(last=False)
+            self._remember(key)
         else:
             self._main.pop(key, None)
+
+    def on_lost(self, key: str) -> None:
+        """A ghost from either queue: a key of main that returns goes back to main, where a
+        loop larger than the cache would otherwise never let it (it would leave the small
+        queue before its next use)."""
+        if self._freq.pop(key, None) is None:
+            return
+        if self._small.pop(key, 0) is not None:
+            del self._main[key]
+        self._remember(key)
+
+    def _remember(self, key: str) -> None:
+        self._ghost[key] = None
+        limit = max(1, len(self._freq) - int(len(self._freq) * self.small_share))
+        while len(self._ghost) > limit:
+            self._ghost.popitem(last=False)
 
     def on_cold(self, key: str) -> None:
         if key in self._freq:
