@@ -15,7 +15,7 @@ import pytest
 from cache_runtime.policies import make_policy
 from cache_runtime.pool import CANDIDATES, MAX_HISTORY, PoolPolicy
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
-from cache_runtime.simulator import replay
+from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.tiers.memory import MemoryTier
 
 C = 200
@@ -91,6 +91,52 @@ def test_the_selector_switches_to_the_candidate_the_trace_favours(favoured: str)
 
     assert pool.leader_name == favoured and pool.switches[0][1] == favoured
     assert hits > _standalone(rival, accesses, starts)
+
+
+def _closed_conversations(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, AppHints]:
+    """14 conversations at a time, 6 turns each: a turn re-reads its conversation's blocks and
+    adds 3; after the last turn the application closes it, and its blocks are never read
+    again. The live blocks outgrow the cache; the dead ones are what to evict."""
+    accesses: list[int] = []
+    ongoing: list[bool] = []
+    starts: list[int] = []
+    cool_after: dict[int, list[int]] = {}
+    live: dict[int, list[int]] = {}
+    opened = block = 0
+    turns: dict[int, int] = {}
+    while opened < 600 or live:
+        while len(live) < 14 and opened < 600:
+            live[opened], turns[opened] = [], 0
+            opened += 1
+        conversation = int(rng.choice(list(live)))
+        blocks = live[conversation]
+        starts.append(len(accesses))
+        blocks.extend(range(block, block + 3))
+        block += 3
+        accesses.extend(blocks)
+        ongoing.extend([turns[conversation] > 0] * len(blocks))
+        turns[conversation] += 1
+        if turns[conversation] == 6:
+            cool_after[len(accesses) - 1] = list(blocks)
+            del live[conversation]
+    app = AppHints(np.array(ongoing), cool_after)
+    return np.array(accesses, dtype=np.int64), np.array(starts), app
+
+
+def test_the_selector_takes_the_hinted_lirs_where_the_applications_ends_pay() -> None:
+    """The ninth candidate's trace: with the application's "conversation ended" LIRS evicts
+    the closed conversations' blocks first; plain LIRS keeps them as LIR (their reuse was
+    short) while live ones leave. The pool, plain LIRS leading, hands over to its hinted twin."""
+    accesses, starts, app = _closed_conversations(np.random.default_rng(0))
+    plain = replay(LIRSPolicy(), accesses, starts, C, hints=False).sum()
+    hinted = replay_with_app_hints(LIRSPolicy(), accesses, starts, C, app).sum()
+    assert hinted > 1.2 * plain
+
+    pool = PoolPolicy(("lirs", "prefix-lirs"), capacity=C)
+    hits = replay_with_app_hints(pool, accesses, starts, C, app).sum()
+
+    assert pool.leader_name == "prefix-lirs" and pool.switches[0][1] == "prefix-lirs"
+    assert hits > 1.2 * plain
 
 
 def test_the_whole_pool_follows_lirs_on_a_loop() -> None:
