@@ -224,28 +224,26 @@ def test_the_history_is_the_last_accesses_whatever_the_size() -> None:
     assert list(pool._history)[-100:] == list(range(100))
 
 
-def _hot_then_scan(pool: PoolPolicy, capacity: int) -> list[str]:
-    """Six hot pages read six times, then a scan of `capacity` new ones: LRU, leading, keeps
-    the scan; a frequency or reuse-distance policy would have kept the hot pages."""
-    resident: set[str] = set()
-
-    def access(key: str) -> None:
+def _serve(pool: PoolPolicy, keys: list[object], capacity: int, resident: set[object]) -> None:
+    """A cache of `capacity` entries in front of `pool`: hits, or evict one and insert."""
+    for key in keys:
         if key in resident:
-            pool.on_access(key, 0.0)
-            return
+            pool.on_access(key, 0.0)  # type: ignore[arg-type]
+            continue
         if len(resident) >= capacity:
             gone = pool.victim(lambda _: False)
             pool.on_remove(gone)  # type: ignore[arg-type]
-            resident.discard(gone)  # type: ignore[arg-type]
-        pool.on_insert(key, 0.0, None)
+            resident.discard(gone)
+        pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
         resident.add(key)
 
+
+def _hot_then_scan(pool: PoolPolicy, capacity: int) -> list[str]:
+    """Six hot pages read six times, then a scan of `capacity` new ones: LRU, leading, keeps
+    the scan; a frequency or reuse-distance policy would have kept the hot pages."""
+    resident: set[object] = set()
     hot = [f"hot-{i}" for i in range(6)]
-    for _ in range(6):
-        for key in hot:
-            access(key)
-    for i in range(capacity):
-        access(f"scan-{i}")
+    _serve(pool, hot * 6 + [f"scan-{i}" for i in range(capacity)], capacity, resident)
     assert not set(hot) & resident
     return hot
 
@@ -312,17 +310,8 @@ def test_candidates_evict_only_resident_keys_and_honour_keep(policy: type) -> No
 def test_a_switch_hands_over_every_resident_key() -> None:
     accesses, _ = _loop(np.random.default_rng(0))
     pool = PoolPolicy(("lru", "lirs"), capacity=C)
-    resident: set[int] = set()
-    for key in accesses.tolist():
-        if key in resident:
-            pool.on_access(key, 0.0)
-            continue
-        if len(resident) >= C:
-            gone = pool.victim(lambda _: False)
-            pool.on_remove(gone)
-            resident.discard(gone)
-        pool.on_insert(key, 0.0, None)
-        resident.add(key)
+    resident: set[object] = set()
+    _serve(pool, accesses.tolist(), C, resident)
     assert pool.switches and {key for key, _ in pool.ranked()} == resident
 
 
