@@ -101,22 +101,21 @@ def _closed_conversations(rng: np.random.Generator) -> tuple[np.ndarray, np.ndar
     ongoing: list[bool] = []
     starts: list[int] = []
     cool_after: dict[int, list[int]] = {}
-    live: dict[int, list[int]] = {}
+    live: dict[int, list[int]] = {}  # open conversation -> its blocks, 3 a turn so far
     opened = block = 0
-    turns: dict[int, int] = {}
     while opened < 600 or live:
         while len(live) < 14 and opened < 600:
-            live[opened], turns[opened] = [], 0
+            live[opened] = []
             opened += 1
         conversation = int(rng.choice(list(live)))
         blocks = live[conversation]
+        past_first_turn = bool(blocks)
         starts.append(len(accesses))
         blocks.extend(range(block, block + 3))
         block += 3
         accesses.extend(blocks)
-        ongoing.extend([turns[conversation] > 0] * len(blocks))
-        turns[conversation] += 1
-        if turns[conversation] == 6:
+        ongoing.extend([past_first_turn] * len(blocks))
+        if len(blocks) == 6 * 3:
             cool_after[len(accesses) - 1] = list(blocks)
             del live[conversation]
     app = AppHints(np.array(ongoing), cool_after)
