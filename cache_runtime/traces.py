@@ -1,10 +1,15 @@
 """Access traces for cache replay: object ids in order, grouped into requests.
 
 Formats: `mooncake` (each request's 512-token prefix blocks, in order: one access per block),
-`lirs` (one block number per line, optionally gzip), `cache2k` (big-endian int32 keys, read as
-unsigned, optionally xz) and `oracle` (libCacheSim oracleGeneral binary, uint64 ids). Only
-Mooncake has requests of several blocks; in the others every access is its own request, and
-prefix hits equal block hits.
+`lirs` (one block number per line), `cache2k` (big-endian int32 keys, read as unsigned) and
+`oracle` (libCacheSim oracleGeneral binary, uint64 ids). Only Mooncake has requests of several
+blocks; in the others every access is its own request, and prefix hits equal block hits.
+
+Any of them may come compressed with gzip, xz or zstd, told by the file's first bytes rather than
+its name: the LIRS traces ship as gzip, cache2k's as xz, and libCacheSim's public oracleGeneral
+traces as zstd (`.oracleGeneral.zst`, which libCacheSim reads without decompressing first).
+Read by its name alone, a zstd file was taken for raw records: "not an oracleGeneral trace", or,
+when its size happened to be a multiple of 24 bytes, ids that were compressed bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pandas as pd
+import zstandard
 
 from cache_runtime.prefix_hash import PAGE_TOKENS
 
@@ -59,12 +65,34 @@ class AccessTrace:
         )
 
 
+# the magic numbers that open a gzip member, an xz stream and a zstd frame (RFC 1952, the xz
+# file format 1.0.4, RFC 8878)
+GZIP_MAGIC, XZ_MAGIC, ZSTD_MAGIC = b"\x1f\x8b", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd"
+
+
+def _zstd(data: bytes) -> bytes:
+    """Every frame of a zstd file, whether or not its header gives the content size (a
+    streaming compressor, as `zstd` on a pipe, leaves it out; one-shot `decompress` refuses).
+    Frame by frame, because a stream reader returns what it has of a truncated file without a
+    word: a trace cut short must fail, not replay its first part."""
+    parts = []
+    while data:
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        parts.append(frame.decompress(data))
+        if not frame.eof:
+            raise EOFError("zstd stream ends inside a frame (truncated file)")
+        data = frame.unused_data
+    return b"".join(parts)
+
+
 def _open(path: Path) -> bytes:
     data = path.read_bytes()
-    if path.suffix == ".gz":
+    if data.startswith(GZIP_MAGIC):
         return gzip.decompress(data)
-    if path.suffix == ".xz":
+    if data.startswith(XZ_MAGIC):
         return lzma.decompress(data)
+    if data.startswith(ZSTD_MAGIC):
+        return _zstd(data)
     return data
 
 
@@ -75,7 +103,7 @@ def load_trace(path: Path, fmt: str) -> AccessTrace:
         raise TraceError(f"{path}: no such file")
     try:
         data = _open(path)
-    except (OSError, EOFError, lzma.LZMAError) as err:
+    except (OSError, EOFError, lzma.LZMAError, zstandard.ZstdError) as err:
         raise TraceError(f"{path}: cannot decompress ({err})") from None
     if fmt == "mooncake":
         return _mooncake(path, data)

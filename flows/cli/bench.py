@@ -45,7 +45,7 @@ def _parse_sizes(sizes: str) -> list[float]:
 def bench_cache_command(
     trace: TraceOption,
     format_name: Annotated[
-        str, typer.Option("--format", help="mooncake|lirs|cache2k|oracle")
+        str, typer.Option("--format", help="mooncake|lirs|cache2k|oracle (plain, gzip, xz or zstd)")
     ] = "mooncake",
     sizes: Annotated[
         str, typer.Option(help="Cache sizes as fractions of the unique objects.")

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+import zstandard
 
 from cache_runtime.policies import LRUPolicy
 from cache_runtime.pool import PoolPolicy
@@ -111,6 +112,40 @@ def test_trace_formats(tmp_path: Path) -> None:
     assert load_trace(cache2k, "cache2k").accesses.tolist() == [7, 8, 7]
     write_oracle(trace, tmp_path / "o.bin")
     assert load_trace(tmp_path / "o.bin", "oracle").accesses.tolist() == trace.accesses.tolist()
+
+
+def _zstd_frames(data: bytes, frames: int) -> bytes:
+    """`data` as `frames` zstd frames written by a streaming compressor, as `zstd` on a pipe
+    writes them: no content size in the headers."""
+    step = -(-len(data) // frames)
+    out = b""
+    for start in range(0, len(data), step):
+        stream = zstandard.ZstdCompressor().compressobj()
+        out += stream.compress(data[start : start + step]) + stream.flush()
+    return out
+
+
+def test_compressed_traces_are_told_by_their_bytes_not_their_names(tmp_path: Path) -> None:
+    """libCacheSim's public oracleGeneral traces come as `.zst`; a compressed file read as raw
+    records would replay its compressed bytes as ids."""
+    trace = AccessTrace("t", np.array([3, -1, 3, 2**40, 7, 3], dtype=np.int64), np.arange(6))
+    write_oracle(trace, tmp_path / "t.bin")
+    packed = _zstd_frames((tmp_path / "t.bin").read_bytes(), frames=2)
+    for name in ("t.oracleGeneral.zst", "t.oracleGeneral"):  # with and without the suffix
+        (tmp_path / name).write_bytes(packed)
+        assert load_trace(tmp_path / name, "oracle").accesses.tolist() == trace.accesses.tolist()
+    (tmp_path / "x.txt").write_bytes(gzip.compress(b"4\n5\n4\n"))
+    assert load_trace(tmp_path / "x.txt", "lirs").accesses.tolist() == [4, 5, 4]
+    (tmp_path / "w.bin").write_bytes(lzma.compress(np.array([-2, 9], dtype=">i4").tobytes()))
+    assert load_trace(tmp_path / "w.bin", "cache2k").accesses.tolist() == [2**32 - 2, 9]
+
+
+def test_a_truncated_zstd_trace_is_refused_not_replayed_in_part(tmp_path: Path) -> None:
+    write_oracle(AccessTrace("t", np.arange(500, dtype=np.int64), np.arange(500)), tmp_path / "o")
+    packed = _zstd_frames((tmp_path / "o").read_bytes(), frames=3)
+    (tmp_path / "cut.zst").write_bytes(packed[:-7])  # the last frame loses its end
+    with pytest.raises(TraceError, match=r"cannot decompress.*truncated"):
+        load_trace(tmp_path / "cut.zst", "oracle")
 
 
 @pytest.mark.parametrize(
