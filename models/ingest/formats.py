@@ -111,6 +111,27 @@ def relative_to_epoch(values: pd.Series, epoch: pd.Timestamp, unit_ns: int) -> p
     return result.where(valid)
 
 
+# a UTC offset right after a time of day ("...:04Z", "...:04.5+02:00", "...:04-0130"); a bare
+# date such as "2024-03-04" ends in "-04" but has no time before it
+_UTC_OFFSET = r":\d\d(?:\.\d+)?(?:Z|[+-]\d\d(?::?\d\d)?)$"
+
+
+def parse_iso_utc(text: pd.Series) -> pd.Series:
+    """ISO 8601 strings as UTC timestamps, a string without an offset read as UTC; NaT where a
+    string is not ISO 8601.
+
+    Strings with an offset and strings without one are parsed apart: in one `to_datetime` call
+    pandas 2.3 gives an offset-less string the offset of an earlier string ("10:00" after a
+    "+02:00" row came out 08:00 UTC), which would move requests between buckets in silence.
+    """
+    result = pd.Series(pd.NaT, index=text.index, dtype="datetime64[ns, UTC]")
+    with_offset = text.str.contains(_UTC_OFFSET, regex=True).fillna(False).astype(bool)
+    for part in (with_offset, ~with_offset):
+        if part.any():
+            result[part] = pd.to_datetime(text[part], utc=True, format="ISO8601", errors="coerce")
+    return result
+
+
 class Format:
     """Base class: a named source format writing to one lake table."""
 
@@ -268,7 +289,7 @@ class Mooncake(Format):
 
 
 class Azure(Format):
-    """Azure LLM inference traces (Splitwise): absolute timestamps with 7 fractional digits."""
+    """Azure LLM inference traces (Splitwise 2023, DynamoLLM 2024): absolute UTC timestamps."""
 
     name = "azure"
     header: ClassVar[list[str]] = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
@@ -312,9 +333,9 @@ class Azure(Format):
         )  # fmt: skip
 
     def finalize(self, frame: pd.DataFrame, ctx: SourceContext) -> pd.DataFrame:
-        frame["timestamp"] = pd.to_datetime(
-            frame["timestamp"], format="%Y-%m-%d %H:%M:%S.%f", utc=True, errors="coerce"
-        )
+        # 2023 traces write 7 fractional digits and no zone, pandas-written ones (2024) end in
+        # "+00:00" and drop a zero fraction: both are ISO 8601
+        frame["timestamp"] = parse_iso_utc(frame["timestamp"])
         return frame
 
 

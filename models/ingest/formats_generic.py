@@ -25,6 +25,7 @@ from models.ingest.formats import (
     empty_lists_to_null,
     hash_list,
     int_field,
+    parse_iso_utc,
     relative_to_epoch,
 )
 from models.ingest.readers import (
@@ -171,7 +172,7 @@ def parse_timestamps(values: pd.Series) -> pd.Series:
         result[is_number] = relative_to_epoch(values[is_number], pd.Timestamp(0, tz="UTC"), 10**9)
     text = values[~is_number & values.map(lambda v: isinstance(v, str))]
     if not text.empty:
-        result[text.index] = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
+        result[text.index] = parse_iso_utc(text)
     return result
 
 

@@ -16,6 +16,7 @@ from models.ingest.formats import (
     Mooncake,
     ServeGen,
     SourceContext,
+    parse_iso_utc,
     relative_to_epoch,
 )
 from models.ingest.formats_generic import Generic, parse_timestamps
@@ -114,6 +115,36 @@ def test_azure_fast_and_slow_paths_agree() -> None:
     lines = [b"2023-11-16 18:17:03.9799600,4808,10", b"2023-11-16 18:17:04.0319600,3180,8"]
     fast, slow = azure_frames(lines)
     pd.testing.assert_frame_equal(fast, slow)
+
+
+def test_azure_reads_the_2023_and_2024_traces_timestamps_as_utc() -> None:
+    """2023 writes 7 fractional digits and no zone; 2024 (written by pandas) ends in "+00:00"
+    and drops a zero fraction. Both were quarantined whole before: every row, no series."""
+    lines = [
+        b"2024-05-10 00:00:00.009930+00:00,2162,5",
+        b"2024-05-10 00:00:01+00:00,4808,10",
+        b"2023-11-16 18:17:03.9799600,3180,8",
+        b"2023-11-16 18:17:04,100,1",
+    ]
+    fast, slow = azure_frames(lines)
+    pd.testing.assert_frame_equal(fast, slow)
+    assert fast["timestamp"].tolist() == [
+        pd.Timestamp("2024-05-10 00:00:00.00993Z"),
+        pd.Timestamp("2024-05-10 00:00:01Z"),
+        pd.Timestamp("2023-11-16 18:17:03.97996Z"),
+        pd.Timestamp("2023-11-16 18:17:04Z"),
+    ]
+
+
+def test_a_row_without_an_offset_is_utc_whatever_the_row_before_it() -> None:
+    """pandas 2.3, asked to parse both kinds in one call, gave the second row the first one's
+    "+02:00": 10:00 became 08:00 UTC, a request moved two hours without a word."""
+    got = parse_timestamps(pd.Series(["2024-03-04T12:00:00+02:00", "2024-03-04 10:00:00"]))
+    assert got.tolist() == [pd.Timestamp("2024-03-04T10:00:00Z")] * 2
+    assert parse_iso_utc(pd.Series(["2024-03-04", "2024-03-04T10:00-0130"])).tolist() == [
+        pd.Timestamp("2024-03-04T00:00:00Z"),  # a bare date's "-04" is not an offset
+        pd.Timestamp("2024-03-04T11:30:00Z"),
+    ]
 
 
 @pytest.mark.parametrize(
