@@ -85,13 +85,13 @@ def rate(rows: int, seconds: float) -> float:
 def preheat_validate(path: Path, fmt_name: str) -> tuple[int, float]:
     from models.ingest.detect import resolve_format
     from models.ingest.formats import SourceContext
-    from models.ingest.pipeline import CHUNK_ROWS, _chunks, process_chunk
+    from models.ingest.pipeline import CHUNK_ROWS, process_chunk, record_chunks
 
     started = time.perf_counter()
     fmt = resolve_format(path, fmt_name)
     ctx = SourceContext(source=str(path))
     rows = 0
-    for chunk in _chunks(fmt.records(path), CHUNK_ROWS):
+    for chunk in record_chunks(fmt.records(path), CHUNK_ROWS):
         result = process_chunk(fmt, chunk, ctx)
         rows += len(result.good) + result.repeated + len(result.quarantine)
     return rows, time.perf_counter() - started

@@ -61,7 +61,8 @@ class ChunkResult:
     repeated: int
 
 
-def _chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+def record_chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+    """`records` in lists of at most `size`, read as they are needed: a file is never held whole."""
     iterator = iter(records)
     while chunk := list(islice(iterator, size)):
         yield chunk
@@ -159,7 +160,7 @@ def ingest_file(
         source=source, tenant=tenant, epoch=DEFAULT_EPOCH if epoch is None else epoch
     )
     report = FileReport(path=str(path), format=fmt.name, table=fmt.table)
-    for chunk in _chunks(fmt.records(path), chunk_rows):
+    for chunk in record_chunks(fmt.records(path), chunk_rows):
         result = process_chunk(fmt, chunk, ctx)
         appended = lake.append(fmt.table, result.good)
         lake.append("quarantine", result.quarantine)
