@@ -149,8 +149,11 @@ def forecast_series(path: Path, fmt: str, bucket: int, season: int | None, args:
         "best_baseline": best,
         "best_baseline_mase": result["methods"][best]["MASE"],
         "mase_ratio": result["preheat_mase_ratio_to_best_baseline"],
+        "test_origins": result["paired_test"]["origins"],
         "significantly_lower": result["paired_test"]["significantly_lower"],
         "dm_p_lower": result["paired_test"]["dm_p_lower"],
+        "attention_significantly_lower": result["attention_paired_test"]["significantly_lower"],
+        "attention_dm_p_lower": result["attention_paired_test"]["dm_p_lower"],
     }
 
 
@@ -219,6 +222,7 @@ def forecast_goals(series: Json, hotset: Json) -> Json:
     """The issue's forecast and hot-set goals over every measured series and window."""
     ratios = [s["mase_ratio"] for s in series.values() if "mase_ratio" in s]
     significant = sum(bool(s.get("significantly_lower")) for s in series.values())
+    expert = sum(bool(s.get("attention_significantly_lower")) for s in series.values())
     recalls = [h["ratio_to_better_frequency_baseline"] for h in hotset.values() if "recall" in h]
     return {
         "forecast_mase_at_most_1.01x_best_baseline": all_measured(
@@ -227,6 +231,7 @@ def forecast_goals(series: Json, hotset: Json) -> Json:
         "forecast_significantly_below_on_2_series": {
             "holds": significant >= SIGNIFICANT_SERIES_GOAL if ratios else None,
             "series_significantly_lower": significant,
+            "series_where_attention_alone_is": expert,
         },
         "hotset_recall_at_least_better_frequency_baseline": all_measured(
             [r is not None and r >= 1 for r in recalls]

@@ -48,6 +48,8 @@ def test_bench_forecast_json(azure_like: Path, tmp_path: Path) -> None:
     paired = result["paired_test"]
     assert paired["against"] == result["best_baseline"] and paired["origins"] == 58
     assert 0 <= paired["dm_p_lower"] <= 1 and 0 <= paired["wilcoxon_p_lower"] <= 1
+    alone = result["attention_paired_test"]
+    assert alone["against"] == paired["against"] and alone["origins"] == paired["origins"]
     assert result["best_baseline"] in expected - {"preheat", "attention"}
     low, high = result["mae_diff_ci95"]
     assert low <= high

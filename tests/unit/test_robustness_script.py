@@ -124,6 +124,27 @@ def test_short_cells_are_split_by_whether_a_member_alone_was_good_enough(
     }
 
 
+def test_forecast_goals_say_where_the_learned_expert_alone_is_significantly_lower(
+    robustness: ModuleType,
+) -> None:
+    """The significance goal's shortfall is the combination's only where an expert alone
+    makes it: the goals count those series beside the combination's."""
+    series = {
+        "a": {"mase_ratio": 0.98, "significantly_lower": False,
+              "attention_significantly_lower": True},
+        "b": {"mase_ratio": 1.02, "significantly_lower": True,
+              "attention_significantly_lower": False},
+        "c": {"skipped": "not found"},
+    }  # fmt: skip
+    goals = robustness.forecast_goals(series, {})
+    assert goals["forecast_significantly_below_on_2_series"] == {
+        "holds": False,
+        "series_significantly_lower": 1,
+        "series_where_attention_alone_is": 1,
+    }
+    assert goals["forecast_mase_at_most_1.01x_best_baseline"] is False
+
+
 def test_missing_shared_gives_skipped_entries(
     robustness: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

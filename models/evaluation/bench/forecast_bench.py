@@ -157,6 +157,9 @@ def bench_forecast(
             comparison.method_mase / comparison.baseline_mase, 4
         ),
         "paired_test": paired_test(evaluation, "preheat", comparison.best_baseline),
+        # the learned expert alone against the same baseline: where it is not significantly
+        # lower either, no weighting of the experts can be (the combination's shortfall is theirs)
+        "attention_paired_test": paired_test(evaluation, "attention", comparison.best_baseline),
         "validation": {k: round(v, 4) for k, v in preheat.selection.validation_mae.items()},
         "weights_at_train_end": {k: round(v, 4) for k, v in preheat.selection.weights.items()},
         "weights_at_last_origin": {n: round(float(w), 4) for n, w in zip(names, last, strict=True)},
