@@ -42,8 +42,9 @@ CHUNK = 50_000
 
 def _frames(path: Path, fmt_name: str) -> tuple[list[pd.DataFrame], int, str]:
     """The trace's accepted rows, chunk by chunk, cut to the columns a series needs (a week of
-    Azure requests is tens of millions of rows: neither its records nor its full rows are held
-    whole), the rows quarantined, and the lake table the format writes."""
+    a service's requests runs to millions of rows: neither its records nor its full rows are held
+    whole; 2M Azure rows took 2.1 GB held whole, 0.8 GB so), the rows quarantined, and the lake
+    table the format writes."""
     try:
         fmt = resolve_format(path, fmt_name)
     except InputError as err:
