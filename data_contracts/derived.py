@@ -59,13 +59,32 @@ def read_demand(features_dir: Path, granularity: str) -> pd.DataFrame:
     return DemandSeries.validate(table.to_pandas(types_mapper=arrow_types), lazy=True)
 
 
+# A whole day without a single request: the lake holds separate periods, such as a trace ingested
+# at its default epoch (`preheat ingest --epoch`), a test load or a long outage. The models work on
+# a dense bucket grid, which would fill the silence with zeros: at 3 minutes a two-month gap is
+# 30,000 empty buckets beside a few hundred real ones, and a window placed on the calendar span
+# (the last quarter of it) would hold all the real traffic and leave the fit an hour of the old.
+PERIOD_GAP = pd.Timedelta(days=1)
+
+
+def latest_period(demand: pd.DataFrame, gap: pd.Timedelta = PERIOD_GAP) -> pd.DataFrame:
+    """The rows from the first bucket after the last silence longer than `gap`; all of them when
+    there is none. Nothing is deleted from the lake: the earlier periods stay there."""
+    starts = demand["bucket_start"].drop_duplicates().sort_values()
+    after_gap = starts[starts.diff() > gap]
+    if after_gap.empty:
+        return demand
+    return demand[demand["bucket_start"] >= after_gap.iloc[-1]].reset_index(drop=True)
+
+
 def require_demand(data_dir: Path, granularity: str) -> pd.DataFrame:
-    """`read_demand` for a model that cannot train on nothing: `LookupError` saying what to run
-    when the lake has no demand series of that granularity yet."""
+    """`read_demand` for a model that cannot train on nothing, cut to `latest_period`: a model
+    learns from the lake's latest period only. `LookupError` saying what to run when the lake has
+    no demand series of that granularity yet."""
     demand = read_demand(Path(data_dir) / "features", granularity)
     if demand.empty:
         raise LookupError(
             f"no {granularity} demand features under {data_dir}: "
             "run `preheat ingest` and `preheat features` first"
         )
-    return demand
+    return latest_period(demand)

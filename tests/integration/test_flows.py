@@ -68,6 +68,32 @@ def test_train_forecaster_flow_registers_and_loads_champion(
     assert len(forecast) == forecast[["tenant", "key"]].drop_duplicates().shape[0] * 3
 
 
+def test_train_forecaster_after_a_trace_ingested_at_its_default_epoch(
+    prefect_api: None, small_log: Path, mooncake_like: Path, tmp_path: Path
+) -> None:
+    """docs/ingest.md's Mooncake command on a lake with live traffic: the trace lands at
+    2024-01-01, two months before the log; training still runs, on the latest period only."""
+    import mlflow
+
+    from flows.features.flow import features_flow
+    from flows.forecast.flow import train_forecaster_flow
+    from flows.ingest.flow import ingest_flow
+
+    ingest_flow(paths=[str(small_log)], data_dir=str(tmp_path))
+    ingest_flow(paths=[str(mooncake_like)], data_dir=str(tmp_path), format_name="mooncake")
+    features_flow(data_dir=str(tmp_path))
+    first = read_demand(tmp_path / "features", "3min")["bucket_start"].min()
+    assert first.isoformat() == "2024-01-01T00:00:00+00:00"  # the trace, at the default epoch
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    state = train_forecaster_flow(
+        data_dir=str(tmp_path), mlflow_uri=uri, mlflow_artifacts=str(tmp_path / "artifacts"),
+        top_k=10, horizon=3, epochs=1, return_state=True,
+    )  # fmt: skip
+    assert state.is_completed()
+    params = mlflow.MlflowClient(uri).get_run(state.result()["run_id"]).data.params
+    assert params["train_start"].startswith("2024-03-04")  # the log's day, not the trace's
+
+
 def test_train_forecaster_without_features_fails_clearly(prefect_api: None, tmp_path: Path) -> None:
     from flows.forecast.flow import train_forecaster_flow
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from data_contracts import RequestLog
-from data_contracts.derived import read_demand, write_demand
+from data_contracts.derived import read_demand, require_demand, write_demand
 from data_contracts.lake import Lake
 from models.features.demand import TOTAL_KEY, demand_keys, demand_series
 from models.ingest.pipeline import ingest_file
@@ -96,3 +96,17 @@ def test_write_demand_rejects_mixed_granularity(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown granularity"):
         read_demand(tmp_path, "2s")
     assert read_demand(tmp_path, "1h").empty
+
+
+def test_models_learn_from_the_lake_s_latest_period(tmp_path: Path) -> None:
+    """A trace ingested at its default epoch two months before the live traffic must not leave
+    the models a calendar of zeros; a silence under a day (a quiet night) keeps both sides."""
+    times = ["2024-01-01T00:00:00Z", "2024-01-01T00:04:00Z", "2024-03-04T08:00:00Z",
+             "2024-03-05T04:00:00Z", "2024-03-05T04:03:00Z"]  # fmt: skip
+    requests = frame([{"timestamp": t, "template_id": "t1"} for t in times])
+    write_demand(tmp_path / "features", "3min", demand_series(requests)["3min"])
+    kept = require_demand(tmp_path, "3min")
+    assert kept["bucket_start"].min() == pd.Timestamp("2024-03-04T08:00:00Z")
+    assert kept[kept["key"] == TOTAL_KEY]["count"].sum() == 3
+    every = read_demand(tmp_path / "features", "3min")
+    assert every[every["key"] == TOTAL_KEY]["count"].sum() == 5  # the lake keeps all of it
