@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -40,22 +41,29 @@ def test_ingest_and_features_flows(prefect_api: None, small_log: Path, tmp_path:
     assert set(rows) == {"5s", "3min", "1h"} and min(rows.values()) > 0
 
 
+def _train_forecaster(data_dir: Path, epochs: int) -> tuple[str, Any]:
+    """The train-forecaster flow on a small panel, into an MLflow store under `data_dir`."""
+    from flows.forecast.flow import train_forecaster_flow
+
+    uri = f"sqlite:///{data_dir / 'mlflow.db'}"
+    state = train_forecaster_flow(
+        data_dir=str(data_dir), mlflow_uri=uri, mlflow_artifacts=str(data_dir / "artifacts"),
+        top_k=10, horizon=3, epochs=epochs, return_state=True,
+    )  # fmt: skip
+    return uri, state
+
+
 def test_train_forecaster_flow_registers_and_loads_champion(
     prefect_api: None, small_log: Path, tmp_path: Path
 ) -> None:
     """ingest -> features -> train-forecaster on a real Prefect API and MLflow store."""
     from flows.features.flow import features_flow
-    from flows.forecast.flow import train_forecaster_flow
     from flows.ingest.flow import ingest_flow
     from models.forecast.registry import load_champion
 
     ingest_flow(paths=[str(small_log)], data_dir=str(tmp_path))
     features_flow(data_dir=str(tmp_path))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    state = train_forecaster_flow(
-        data_dir=str(tmp_path), mlflow_uri=uri, mlflow_artifacts=str(tmp_path / "artifacts"),
-        top_k=10, horizon=3, epochs=2, return_state=True,
-    )  # fmt: skip
+    uri, state = _train_forecaster(tmp_path, epochs=2)
     assert state.is_completed()
     result = state.result()
     assert result["version"] == "1" and result["reason"]
@@ -76,7 +84,6 @@ def test_train_forecaster_after_a_trace_ingested_at_its_default_epoch(
     import mlflow
 
     from flows.features.flow import features_flow
-    from flows.forecast.flow import train_forecaster_flow
     from flows.ingest.flow import ingest_flow
 
     ingest_flow(paths=[str(small_log)], data_dir=str(tmp_path))
@@ -84,11 +91,7 @@ def test_train_forecaster_after_a_trace_ingested_at_its_default_epoch(
     features_flow(data_dir=str(tmp_path))
     first = read_demand(tmp_path / "features", "3min")["bucket_start"].min()
     assert first.isoformat() == "2024-01-01T00:00:00+00:00"  # the trace, at the default epoch
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    state = train_forecaster_flow(
-        data_dir=str(tmp_path), mlflow_uri=uri, mlflow_artifacts=str(tmp_path / "artifacts"),
-        top_k=10, horizon=3, epochs=1, return_state=True,
-    )  # fmt: skip
+    uri, state = _train_forecaster(tmp_path, epochs=1)
     assert state.is_completed()
     params = mlflow.MlflowClient(uri).get_run(state.result()["run_id"]).data.params
     assert params["train_start"].startswith("2024-03-04")  # the log's day, not the trace's
