@@ -4,7 +4,7 @@
 recent demand, plus one `__other__` row per tenant holding the rest of that tenant's traffic, so
 the rows of a tenant always add up to its total and a key that climbs into the top K later was
 not lost meanwhile. `PanelForecaster` is the per-key `preheat`: the online combination
-(`combination.AdaHedge`) of the attention model trained on every row at once (with long-tail
+(`combination.Combination`) of the attention model trained on every row at once (with long-tail
 sampling) and per-key baselines (last value, moving average, EWMA with one alpha fitted over all
 keys); its weights start from the errors on a held-back slice and go on learning from every
 forecast's past buckets (`current_weights`). What it predicts is a `KeyForecast` frame; the
@@ -29,7 +29,7 @@ from models.forecast.attention import (
     predict,
     train_module,
 )
-from models.forecast.combination import AdaHedge, online_weights
+from models.forecast.combination import Combination, online_weights
 from models.forecast.weighting import key_weights
 
 OTHER_KEY = "__other__"
@@ -144,7 +144,7 @@ MAX_REPLAY = 48  # origins charged per forecast call: bounded cost per request
 
 @dataclass
 class PanelForecaster:
-    """Per-key `preheat`: the AdaHedge combination of attention over all keys and the per-key
+    """Per-key `preheat`: the online combination of attention over all keys and the per-key
     baselines (`chosen == "adahedge"`), or one of them alone (`chosen` its name: the gate's
     baselines). The weights are shared by every key: one loss per origin, the mean absolute
     error over the panel's rows and the horizon, as the gate scores it."""
@@ -156,7 +156,7 @@ class PanelForecaster:
     validation_mae: dict[str, float] = field(default_factory=dict)
     module: ForecastModule | None = None
     weights: dict[str, float] = field(default_factory=dict)  # at the end of the fit
-    hedge: dict[str, Any] = field(default_factory=dict)  # `AdaHedge.state()` there
+    hedge: dict[str, Any] = field(default_factory=dict)  # `Combination.state()` there
     fit_end: str = ""  # ISO start of the first bucket whose actuals the weights have not seen
 
     def _train(self, counts: np.ndarray, until: int) -> ForecastModule:
@@ -219,11 +219,11 @@ class PanelForecaster:
         targets = np.stack([counts[:, o : o + horizon] for o in origins])  # (N, K, H)
         losses = np.abs(preds - targets[None]).mean(axis=(2, 3)).T  # (N, M)
         known = np.clip(np.arange(len(origins)) - horizon + 1, 0, None)
-        online = online_weights(losses, known)  # (N, M), each origin from the ones before it
+        online = online_weights(preds, targets, known)  # (N, M), each from the ones before it
         mixed = np.einsum("mnkh,nm->nkh", preds, online)  # (N, K, H)
-        hedge = AdaHedge(len(names))
-        self.weights = dict(zip(names, online_weights(losses, [len(origins)], hedge)[0].tolist(),
-                                strict=True))  # fmt: skip
+        hedge = Combination(len(names))
+        self.weights = dict(zip(names, online_weights(preds, targets, [len(origins)], hedge)[0]
+                                .tolist(), strict=True))  # fmt: skip
         self.validation_mae = dict(zip(names, losses.mean(0).tolist(), strict=True))
         self.validation_mae[COMBINED] = float(np.abs(mixed - targets).mean())
         # The names travel with the state: a saved model's JSON sorts the weights' keys.
@@ -255,13 +255,12 @@ class PanelForecaster:
         horizon, counts = self.config.horizon, panel.counts
         fresh = np.flatnonzero(panel.starts >= pd.Timestamp(self.fit_end))
         rounds = fresh[fresh + horizon <= counts.shape[1]][-MAX_REPLAY:]
-        hedge, names = AdaHedge.from_state(self.hedge), list(self.hedge["experts"])
+        hedge, names = Combination.from_state(self.hedge), list(self.hedge["experts"])
         for o in rounds:
-            target = counts[:, o : o + horizon]  # (K, H)
-            hedge.update(np.array([
-                np.abs(self._predict(m, counts, o, self.module, self.alpha) - target).mean()
-                for m in names
-            ]))  # fmt: skip
+            hedge.update(
+                np.stack([self._predict(m, counts, o, self.module, self.alpha) for m in names]),
+                counts[:, o : o + horizon],
+            )  # (M, K, H) forecasts, (K, H) actuals
         return dict(zip(names, hedge.weights.tolist(), strict=True))
 
     def forecast(self, panel: KeyPanel) -> DataFrame[KeyForecast]:

@@ -2,7 +2,7 @@
 
 It is itself a `Forecaster`. `fit(train)` holds back the last `val_frac` of the train part, fits
 every expert (the attention model and each baseline) on what is before it and charges their
-per-origin errors on the held-back slice to the combination (`combination.AdaHedge`); then it
+per-origin errors on the held-back slice to the combination (`combination.Combination`); then it
 refits every expert on the whole train part. `forecast` goes on charging errors as actuals
 arrive: the weights of origin o come from the origins whose whole horizon ended before o, so
 every row still reads only `series[:o]`, and the test part is never seen by fitting.
@@ -24,7 +24,7 @@ import numpy as np
 from models.forecast.attention import AttentionConfig, AttentionForecaster
 from models.forecast.base import Forecaster
 from models.forecast.baselines import baseline_suite
-from models.forecast.combination import DEFAULT_SHARE, AdaHedge, combine, online_weights
+from models.forecast.combination import DEFAULT_SHARE, Combination, combine, online_weights
 from models.forecast.evaluation import rolling_origins
 
 COMBINATION = "adahedge"
@@ -45,14 +45,13 @@ class Selection:
     notes: list[str] = field(default_factory=list)
 
 
-def origin_losses(preds: np.ndarray, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
-    """(M, N, H) forecasts at `origins` -> (N, M) each expert's MAE over the horizon there."""
-    targets = series[origins[:, None] + np.arange(preds.shape[2])[None, :]]  # (N, H)
-    return np.abs(preds - targets[None]).mean(axis=2).T
+def origin_targets(series: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
+    """(N, H) what came in the `horizon` buckets from each origin."""
+    return series[origins[:, None] + np.arange(horizon)[None, :]]
 
 
 class PreheatForecaster:
-    """The AdaHedge combination of attention and the baselines, updated as actuals arrive."""
+    """The online combination of attention and the baselines, updated as actuals arrive."""
 
     name = "preheat"
 
@@ -74,7 +73,8 @@ class PreheatForecaster:
         self.selection: Selection | None = None
         self.experts: list[Forecaster] = []
         self._rounds = np.zeros(0, dtype=np.int64)  # (R,) origins of the charged slice
-        self._losses = np.zeros((0, 0))  # (R, M) their per-origin MAE
+        self._preds = np.zeros((0, 0, 0))  # (M, R, H) the experts' forecasts there
+        self._targets = np.zeros((0, 0))  # (R, H) what came
         self._train_end = 0
 
     def _default_candidates(self) -> list[Forecaster]:
@@ -92,8 +92,9 @@ class PreheatForecaster:
         held_back = rolling_origins(val_start, len(train), self.horizon)
         fitted, notes = self._fit_candidates(train[:val_start])
         preds = np.stack([e.forecast(train, held_back, self.horizon) for e in fitted])
-        losses = origin_losses(preds, train, held_back)  # (N, M)
-        self._rounds, self._losses, self._train_end = held_back, losses, len(train)
+        targets = origin_targets(train, held_back, self.horizon)  # (N, H)
+        self._rounds, self._train_end = held_back, len(train)
+        self._preds, self._targets = preds, targets
         names = [e.name for e in fitted]
         by_name = {c.name: c for c in self._candidates()}
         self.experts = []
@@ -103,11 +104,13 @@ class PreheatForecaster:
             except ValueError as err:  # refit failed: the expert fitted before the slice stays
                 notes.append(f"{expert.name} not refitted: {err}")
                 self.experts.append(expert)
-        hedge = AdaHedge(len(fitted), self.share)
-        weights = online_weights(losses, [len(losses)], hedge)[0]
+        weights = online_weights(
+            preds, targets, [len(held_back)], Combination(len(fitted), self.share)
+        )[0]
+        losses = np.abs(preds - targets[None]).mean(axis=(1, 2))  # (M,)
         self.selection = Selection(
             COMBINATION,
-            dict(zip(names, losses.mean(axis=0).tolist(), strict=True)),
+            dict(zip(names, losses.tolist(), strict=True)),
             dict(zip(names, weights.tolist(), strict=True)),
             val_start,
             notes,
@@ -143,12 +146,13 @@ class PreheatForecaster:
         first_live = self._train_end - h + 1
         live = np.arange(first_live, max(first_live, int(o.max()) - h + 1), dtype=np.int64)
         preds = np.stack([e.forecast(y, np.r_[live, o], h) for e in self.experts])  # (M, L+N, H)
-        losses = np.concatenate([self._losses, origin_losses(preds[:, : live.size], y, live)])
+        charged = np.concatenate([self._preds, preds[:, : live.size]], axis=1)  # (M, R, H)
+        targets = np.concatenate([self._targets, origin_targets(y, live, h)])  # (R, H)
         ends = np.concatenate([self._rounds, live]) + h  # round j is known at origin >= ends[j]
         order = np.argsort(o, kind="stable")
         known = np.searchsorted(ends, o[order], side="right")
         weights = np.empty((o.size, m))  # (N, M)
-        weights[order] = online_weights(losses, known, AdaHedge(m, self.share))
+        weights[order] = online_weights(charged, targets, known, Combination(m, self.share))
         return weights, preds[:, live.size :]
 
     def forecast(self, series: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
