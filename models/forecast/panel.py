@@ -219,11 +219,11 @@ class PanelForecaster:
         targets = np.stack([counts[:, o : o + horizon] for o in origins])  # (N, K, H)
         losses = np.abs(preds - targets[None]).mean(axis=(2, 3)).T  # (N, M)
         known = np.clip(np.arange(len(origins)) - horizon + 1, 0, None)
-        online = online_weights(preds, targets, known)  # (N, M), each from the ones before it
-        mixed = np.einsum("mnkh,nm->nkh", preds, online)  # (N, K, H)
         hedge = Combination(len(names))
-        self.weights = dict(zip(names, online_weights(preds, targets, [len(origins)], hedge)[0]
-                                .tolist(), strict=True))  # fmt: skip
+        # (N + 1, M): each origin's weights from the ones before it, then those after them all
+        online = online_weights(preds, targets, np.r_[known, len(origins)], hedge)
+        mixed = np.einsum("mnkh,nm->nkh", preds, online[:-1])  # (N, K, H)
+        self.weights = dict(zip(names, online[-1].tolist(), strict=True))
         self.validation_mae = dict(zip(names, losses.mean(0).tolist(), strict=True))
         self.validation_mae[COMBINED] = float(np.abs(mixed - targets).mean())
         # The names travel with the state: a saved model's JSON sorts the weights' keys.
