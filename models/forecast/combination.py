@@ -212,9 +212,17 @@ class Combination:
 
     @property
     def weights(self) -> np.ndarray:
-        """(M,) non-negative weights summing to 1, for the next round."""
+        """(M,) non-negative weights summing to 1, for the next round.
+
+        An expert whose weight is below twice share / M gets 0, the rest renormalised: the
+        floor of `AdaHedge.weights`, for the same reason. BOA never gives an expert 0, so
+        without it a combination could not match a perfect expert (steady demand, the registry
+        gate's test: 3.9e-5 of an attention model's error kept the candidate off the champion).
+        """
         v = self.meta.weights
-        return v[0] * self.tracking.weights + v[1] * self.bernstein.weights
+        mixed = v[0] * self.tracking.weights + v[1] * self.bernstein.weights
+        alive = np.where(mixed >= 2 * self.tracking.share / self.n_experts, mixed, 0.0)
+        return alive / alive.sum() if alive.any() else mixed
 
     def update(self, forecasts: np.ndarray, actual: np.ndarray) -> None:
         """Charge one round: `forecasts` (M, C) of the experts over C cells (keys x steps),
