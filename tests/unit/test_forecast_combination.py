@@ -134,4 +134,3 @@ def test_known_counts_must_fit_the_rounds_and_share_must_be_positive() -> None:
         Combination(2, share=0.0)
     with pytest.raises(ValueError, match="at least one expert"):
         BOA(0)
-
