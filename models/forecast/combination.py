@@ -32,7 +32,7 @@ AdaHedge with fixed share on their own losses, so it follows BOA on a steady ser
 tracking AdaHedge after a switch. Over 13 series (the shipped traces at several bucket sizes,
 and a generated week at 60 s; throwaway harness, the experts fitted once, 2026-12-05), the
 mean ratio to the best baseline, the series above 1.01x and those significantly below it:
-AdaHedge alone 1.0162, 6, 1; BOA alone 0.9923, 1, 3; the two mixed 0.9973, 3, 2. On the
+AdaHedge alone 1.0162, 6, 1; BOA alone 0.9923, 1, 3; the two mixed 0.9972, 3, 2. On the
 half-and-half switch of losses the mix costs 1.12-1.14x the switching best; BOA alone 2.9x,
 and BOA with its sums discounted over 100 rounds 1.7x (that discount also gave up most of its
 gain: 1.0036 over the first 12 series).
