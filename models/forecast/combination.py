@@ -227,8 +227,11 @@ class Combination:
     def update(self, forecasts: np.ndarray, actual: np.ndarray) -> None:
         """Charge one round: `forecasts` (M, C) of the experts over C cells (keys x steps),
         `actual` (C,); the loss is the mean absolute error over the cells."""
-        preds = check_losses(np.asarray(forecasts, dtype=np.float64).reshape(self.n_experts, -1))
+        preds = np.asarray(forecasts, dtype=np.float64).reshape(self.n_experts, -1)  # (M, C)
         truth = np.asarray(actual, dtype=np.float64).reshape(-1)  # (C,)
+        if not np.all(np.isfinite(preds)):
+            bad = int(np.flatnonzero(~np.isfinite(preds).all(axis=1))[0])
+            raise ValueError(f"forecasts must be finite: NaN or inf from expert {bad}")
         if truth.size != preds.shape[1] or not np.all(np.isfinite(truth)):
             raise ValueError(f"actuals must be {preds.shape[1]} finite values, one per cell")
         tracked = self.tracking.weights @ preds  # (C,)
@@ -249,16 +252,13 @@ class Combination:
     def from_state(cls, state: dict[str, object]) -> Combination:
         """A saved state; one saved by the AdaHedge-only combination (before 2026-12-05) goes
         on as the tracking half, with BOA and the mix starting fresh."""
-        if "tracking" not in state:
-            tracking = AdaHedge.from_state(state)
-            combination = cls(tracking.n_experts, tracking.share)
-            combination.tracking = tracking
-            return combination
-        tracking = AdaHedge.from_state(state["tracking"])  # type: ignore[arg-type]
+        legacy = "tracking" not in state
+        tracking = AdaHedge.from_state(state if legacy else state["tracking"])  # type: ignore[arg-type]
         combination = cls(tracking.n_experts, tracking.share)
         combination.tracking = tracking
-        combination.bernstein = BOA.from_state(state["bernstein"])  # type: ignore[arg-type]
-        combination.meta = AdaHedge.from_state(state["meta"])  # type: ignore[arg-type]
+        if not legacy:
+            combination.bernstein = BOA.from_state(state["bernstein"])  # type: ignore[arg-type]
+            combination.meta = AdaHedge.from_state(state["meta"])  # type: ignore[arg-type]
         return combination
 
 

@@ -113,7 +113,11 @@ def test_combine_is_the_weighted_mean_of_the_experts() -> None:
     [
         (np.zeros((0, 3, 1)), np.zeros((3, 1)), "at least one expert"),
         (np.ones((2, 3, 1)), np.ones((3, 2)), r"actuals \(rounds, ...\) alike"),
-        (np.array([[[1.0], [np.nan]], [[1.0], [2.0]]]), np.ones((2, 1)), "NaN or inf"),
+        (
+            np.array([[[1.0], [2.0]], [[1.0], [np.nan]]]),
+            np.ones((2, 1)),
+            "NaN or inf from expert 1",
+        ),
         (np.ones((2, 2, 1)), np.array([[1.0], [np.inf]]), "finite values"),
     ],
 )
