@@ -117,7 +117,7 @@ def evaluate_on_window(
     tenant's traffic, so every request is counted exactly once whichever keys a model named,
     and no model can lower its error by leaving a key out (the miss lands in `__other__`). The
     caveat: merging rows can only lower the sum (triangle inequality), so a model with a much
-    smaller top_k faces an easier partition; the gate compares models of the same settings.
+    smaller top_k faces an easier partition; the gate runs every model on the candidate's panel.
     """
     demand = DemandSeries.validate(demand, lazy=True)
     return window_mae(

@@ -154,3 +154,34 @@ def test_generated_log_is_tracked_registered_and_served(
     KeyForecast.validate(forecast)
     assert forecast["tenant"].nunique() == demand["tenant"].nunique()
     assert len(forecast) == (10 + demand["tenant"].nunique()) * CONFIG.horizon
+
+
+class RegisteredAgain(PanelForecaster):
+    """ "Fits" by taking a fitted forecaster's state: the same model registered again."""
+
+    def __init__(self, fitted: PanelForecaster) -> None:
+        super().__init__(fitted.config)
+        self._fitted = fitted
+
+    def fit(self, panel: KeyPanel, until: int | None = None) -> RegisteredAgain:
+        for name, value in vars(self._fitted).items():
+            setattr(self, name, value)
+        return self
+
+
+def test_a_champion_of_another_top_k_is_judged_on_the_candidate_s_keys(
+    store: str, tmp_path: Path, small_log: Path, lake: Lake
+) -> None:
+    """The window's error sums over a partition of each tenant's traffic, so fewer keys make a
+    smaller error: scored on its own top 2, the champion would beat itself at top 10."""
+    ingest_file(small_log, lake)
+    demand = demand_series(lake.read("requests"), ["3min"])["3min"]
+    register = dict(tracking_uri=store, artifacts_dir=tmp_path / "art", recent=12)
+    first = train_and_register(demand, top_k=2, config=CONFIG, **register)
+    mlflow.MlflowClient(store).set_registered_model_alias(MODEL_NAME, CHAMPION, first["version"])
+
+    same = RegisteredAgain(load_champion(store).forecaster)
+    again = train_and_register(demand, top_k=10, forecaster=same, **register)
+
+    assert again["eval_mae"]["champion"] == again["eval_mae"]["candidate"]
+    assert "not better than the champion" in again["reason"]
