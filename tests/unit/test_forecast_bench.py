@@ -108,3 +108,22 @@ def test_train_forecaster_without_features_is_one_line(tmp_path: Path) -> None:
     assert "run `preheat ingest` and `preheat features` first" in done.stderr
     bad = invoke_cli("train", "forecaster", "--granularity", "2min", cwd=tmp_path)
     assert bad.returncode == 2 and "granularity '2min'" in bad.stderr
+
+
+def test_attention_alone_is_preheat_s_expert_as_a_fresh_fit_would_be() -> None:
+    """Reusing the combination's attention expert is sound only because a fresh fit on the same
+    train part, config and seed gives the same model; before `preheat` is fitted it fits one."""
+    from models.evaluation.bench.forecast_bench import AttentionAlone
+    from models.forecast.attention import AttentionConfig
+    from models.forecast.selection import PreheatForecaster
+
+    series = np.random.default_rng(3).poisson(6, 160).astype(float)
+    config = AttentionConfig(scales=(1, 2), context=4, horizon=2, d_model=8, heads=2, epochs=2)
+    preheat = PreheatForecaster(2, attention=config)
+    fresh = AttentionAlone(preheat).fit(series[:120])  # preheat not fitted yet: its own model
+    reused = AttentionAlone(preheat.fit(series[:120])).fit(series[:120])
+    assert reused.model is preheat.experts[0] and fresh.model is not reused.model
+    origins = np.arange(120, 159)
+    np.testing.assert_array_equal(
+        fresh.forecast(series, origins, 2), reused.forecast(series, origins, 2)
+    )
