@@ -30,7 +30,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
+from torch.utils.data import DataLoader, RandomSampler, TensorDataset, WeightedRandomSampler
 
 from models.training import fit_on_cpu
 
@@ -57,6 +57,10 @@ class AttentionConfig:
     batch_size: int = 128
     seed: int = 0
     season: int | None = None  # buckets per cycle (144 for a day of 10 min); feeds the phase
+    # Samples drawn per epoch at most, a fresh draw each epoch: a bound on training time. The
+    # lake's top 100 keys at 3 min give ~75k windows (20 s an epoch on one CPU thread, `preheat
+    # train forecaster`'s 20 epochs twice over took 15 min); one series' windows stay under it.
+    epoch_samples: int = 20_000
 
     def __post_init__(self) -> None:
         if not self.scales or any(s < 1 for s in self.scales):
@@ -67,6 +71,8 @@ class AttentionConfig:
             raise ValueError("context and horizon must be at least 1")
         if self.season is not None and self.season < 2:
             raise ValueError(f"season must be at least 2 buckets, got {self.season}")
+        if self.epoch_samples < 1:
+            raise ValueError(f"epoch_samples must be at least 1, got {self.epoch_samples}")
 
     @property
     def min_history(self) -> int:
@@ -237,7 +243,8 @@ def train_module(
     """Train on samples (rows[i], origins[i]); targets series[row, origin:origin+H] must exist.
 
     With `sample_weights`, batches are drawn with probability proportional to the weight (the
-    long-tail sampling of `weighting.tail_weights`); without, every sample equally.
+    long-tail sampling of `weighting.tail_weights`); without, every sample equally. Each epoch
+    draws `config.epoch_samples` of them at most (all, shuffled, when there are fewer).
     """
     series = np.atleast_2d(np.asarray(series, dtype=np.float64))
     if np.any(origins + config.horizon > series.shape[1]):
@@ -248,14 +255,15 @@ def train_module(
     targets = series[rows[:, None], offsets] / windows.level[:, None]  # (B, H) level units
     dataset = TensorDataset(*_tensors(windows), torch.as_tensor(targets, dtype=torch.float32))
     generator = torch.Generator().manual_seed(config.seed)
-    if sample_weights is None:
+    per_epoch = min(len(dataset), config.epoch_samples)
+    if sample_weights is None:  # as `shuffle=True` draws (the loader's generator too, as there)
+        sampler = RandomSampler(dataset, num_samples=per_epoch, generator=generator)
         loader = DataLoader(
-            dataset, batch_size=config.batch_size, shuffle=True, generator=generator
+            dataset, batch_size=config.batch_size, sampler=sampler, generator=generator
         )
     else:
-        sampler = WeightedRandomSampler(
-            torch.as_tensor(sample_weights, dtype=torch.double), len(dataset), generator=generator
-        )
+        weights = torch.as_tensor(sample_weights, dtype=torch.double)
+        sampler = WeightedRandomSampler(weights, per_epoch, generator=generator)
         loader = DataLoader(dataset, batch_size=config.batch_size, sampler=sampler)
     module = ForecastModule(config)
     fit_on_cpu(module, loader, config.epochs)

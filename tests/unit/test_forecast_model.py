@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -133,3 +134,18 @@ def test_config_rejects_nonsense() -> None:
         AttentionConfig(d_model=10, heads=4)
     with pytest.raises(ValueError, match="scales"):
         AttentionConfig(scales=(1, 0))
+    with pytest.raises(ValueError, match="epoch_samples"):
+        AttentionConfig(epoch_samples=0)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_an_epoch_draws_at_most_epoch_samples(weighted: bool) -> None:
+    """The bound on training time: 450 samples, 100 an epoch in batches of 50 -> 2 steps each."""
+    series = np.random.default_rng(0).poisson(5, (3, 200)).astype(float)
+    rows, origins = np.repeat(np.arange(3), 150), np.tile(np.arange(30, 180), 3)
+    weights = np.linspace(1, 2, 450) if weighted else None
+    steps = []
+    for epoch_samples in (100, 20_000):
+        config = replace(SMALL, epochs=2, batch_size=50, epoch_samples=epoch_samples)
+        steps.append(train_module(series, rows, origins, config, weights).trainer.global_step)
+    assert steps == [2 * 2, 2 * 9]

@@ -11,7 +11,13 @@ from data_contracts import KeyForecast
 from models.forecast.attention import AttentionConfig
 from models.forecast.hotset import KeyWindows
 from models.forecast.hotset_models import AttentionScorer, fine_counts
-from models.forecast.panel import OTHER_KEY, KeyPanel, PanelForecaster, tail_coverage
+from models.forecast.panel import (
+    OTHER_KEY,
+    KeyPanel,
+    PanelForecaster,
+    baseline_levels,
+    tail_coverage,
+)
 
 TINY = AttentionConfig(
     scales=(1, 2, 4), context=4, horizon=2, d_model=8, heads=2, hidden=16, epochs=2
@@ -90,6 +96,28 @@ def test_panel_forecast_reads_only_buckets_before_the_origin() -> None:
     poisoned = panel.counts.copy()
     poisoned[:, 30:] = 1e6
     np.testing.assert_allclose(model.forecast_counts(poisoned, 30), before)
+
+
+def test_baseline_levels_at_many_origins_by_hand() -> None:
+    counts = np.array([[4.0, 0.0, 8.0, 2.0, 6.0, 1.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
+    origins = np.array([6, 1, 3])  # in any order
+
+    def ewma(row: np.ndarray, origin: int) -> float:
+        level = row[0]
+        for value in row[1:origin]:
+            level += 0.5 * (value - level)
+        return level
+
+    np.testing.assert_allclose(
+        baseline_levels(counts, origins, "ewma", 0.5),
+        [[ewma(row, o) for row in counts] for o in origins],
+    )
+    np.testing.assert_allclose(baseline_levels(counts, origins, "last_value", 0.5), [
+        [1.0, 1.0], [4.0, 1.0], [8.0, 1.0]])  # fmt: skip
+    np.testing.assert_allclose(baseline_levels(counts, origins, "moving_average", 0.5), [
+        [np.mean([0.0, 8.0, 2.0, 6.0, 1.0]), 1.0], [4.0, 1.0], [4.0, 1.0]])  # fmt: skip
+    with pytest.raises(ValueError, match="unknown panel baseline"):
+        baseline_levels(counts, origins, "median", 0.5)
 
 
 def test_panel_weights_go_on_learning_from_buckets_after_the_fit() -> None:
