@@ -58,8 +58,9 @@ class AttentionConfig:
     seed: int = 0
     season: int | None = None  # buckets per cycle (144 for a day of 10 min); feeds the phase
     # Samples drawn per epoch at most, a fresh draw each epoch: a bound on training time. The
-    # lake's top 100 keys at 3 min give ~75k windows (20 s an epoch on one CPU thread, `preheat
-    # train forecaster`'s 20 epochs twice over took 15 min); one series' windows stay under it.
+    # demo lake's top 100 keys at 3 min give ~75k windows, 20 s an epoch on one CPU thread: 20
+    # epochs, twice over, were 12 of `preheat train forecaster`'s 15.6 minutes. One series'
+    # windows (`bench forecast`) stay under it.
     epoch_samples: int = 20_000
 
     def __post_init__(self) -> None:

@@ -122,6 +122,8 @@ def _ewma_before(counts: np.ndarray, origins: np.ndarray, alpha: float) -> np.nd
     """(N, K) each row's EWMA over the buckets before each origin (>= 1), started at bucket 0:
     one pass up to the latest origin, however many origins are asked."""
     origins = np.asarray(origins, dtype=np.int64)
+    if origins.size == 0:
+        return np.zeros((0, counts.shape[0]))
     path = np.empty((int(origins.max()) + 1, counts.shape[0]))  # path[o]: over buckets [0, o)
     level = counts[:, 0].copy()
     path[: min(2, len(path))] = level  # path[0] is never asked: an origin needs a past
@@ -149,7 +151,7 @@ COMBINED = "adahedge"
 MAX_REPLAY = 48  # origins charged per forecast call: bounded cost per request
 # (key, origin) samples per attention forward. Not all at once: on one CPU thread larger
 # batches ran slower (48 rounds x 103 keys: 0.71 s in one batch, 0.39 s in 512s, 0.38 s a call
-# per origin; the cache, not Python, sets the cost)
+# per origin; measured 2026-12-05)
 PREDICT_CHUNK = 512
 
 
@@ -181,6 +183,9 @@ class PanelForecaster:
         return train_module(counts, rows, np.tile(origins, len(counts)), self.config, weights)
 
     def _fit_alpha(self, counts: np.ndarray, until: int) -> float:
+        if until < 2:  # no one-step error to judge by: the default stays
+            return self.alpha
+
         def one_step_mae(alpha: float) -> float:
             levels = _ewma_before(counts, np.arange(1, until), alpha)  # (until - 1, K)
             return float(np.abs(levels - counts[:, 1:until].T).mean(1).mean())
@@ -253,9 +258,10 @@ class PanelForecaster:
         `weights`, default those at the end of the fit)."""
         if not self.chosen:
             raise RuntimeError("fit the panel forecaster before forecasting")
-        mix = self.weights if weights is None else weights
         if self.chosen != COMBINED:
             mix = {self.chosen: 1.0}
+        else:
+            mix = self.weights if weights is None else weights
         return sum(
             w * self._predict(m, counts, np.array([origin]), self.module, self.alpha)[0]
             for m, w in mix.items()
