@@ -42,6 +42,13 @@ def rolling_origins(split: int, n: int, horizon: int, step: int = 1) -> np.ndarr
     return np.arange(split, n - horizon + 1, step, dtype=np.int64)
 
 
+def origin_targets(series: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
+    """What came in the `horizon` buckets from each origin: (N, H) of a (T,) series, (N, K, H)
+    of a (K, T) panel."""
+    window = np.asarray(origins, dtype=np.int64)[:, None] + np.arange(horizon)[None, :]  # (N, H)
+    return np.moveaxis(series[..., window], -2, 0)
+
+
 @dataclass(frozen=True, eq=False)
 class MethodScore:
     """One method's test-part scores; `origin_errors` (n_origins,) is the MAE over the horizon
@@ -122,7 +129,7 @@ def evaluate(
     origins = rolling_origins(split, y.size, horizon, step)
     train = y[:split].copy()
     scale = naive_scale(train)
-    targets = y[origins[:, None] + np.arange(horizon)]  # (N, H)
+    targets = origin_targets(y, origins, horizon)  # (N, H)
     scores = {}
     for name, method in methods.items():
         if not prefitted:

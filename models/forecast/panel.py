@@ -30,6 +30,7 @@ from models.forecast.attention import (
     train_module,
 )
 from models.forecast.combination import Combination, online_weights
+from models.forecast.evaluation import origin_targets
 from models.forecast.weighting import key_weights
 
 OTHER_KEY = "__other__"
@@ -234,7 +235,7 @@ class PanelForecaster:
         preds = np.stack(
             [self._predict(m, counts, origins, candidates[m], alpha) for m in names]
         )  # (M, N, K, H)
-        targets = np.stack([counts[:, o : o + horizon] for o in origins])  # (N, K, H)
+        targets = origin_targets(counts, origins, horizon)  # (N, K, H)
         losses = np.abs(preds - targets[None]).mean(axis=(2, 3)).T  # (N, M)
         known = np.clip(np.arange(len(origins)) - horizon + 1, 0, None)
         hedge = Combination(len(names))
@@ -265,6 +266,7 @@ class PanelForecaster:
         return sum(
             w * self._predict(m, counts, np.array([origin]), self.module, self.alpha)[0]
             for m, w in mix.items()
+            if w > 0  # a pruned expert adds nothing: not even its forward pass
         )
 
     def current_weights(self, panel: KeyPanel) -> dict[str, float]:
@@ -280,8 +282,9 @@ class PanelForecaster:
             preds = np.stack(
                 [self._predict(m, counts, rounds, self.module, self.alpha) for m in names]
             )  # (M, R, K, H)
-            for j, o in enumerate(rounds):
-                hedge.update(preds[:, j], counts[:, o : o + horizon])  # (M, K, H), (K, H)
+            targets = origin_targets(counts, rounds, horizon)  # (R, K, H)
+            for j in range(len(rounds)):
+                hedge.update(preds[:, j], targets[j])  # (M, K, H), (K, H)
         return dict(zip(names, hedge.weights.tolist(), strict=True))
 
     def forecast(self, panel: KeyPanel) -> DataFrame[KeyForecast]:

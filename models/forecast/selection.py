@@ -25,7 +25,7 @@ from models.forecast.attention import AttentionConfig, AttentionForecaster
 from models.forecast.base import Forecaster
 from models.forecast.baselines import baseline_suite
 from models.forecast.combination import DEFAULT_SHARE, Combination, combine, online_weights
-from models.forecast.evaluation import rolling_origins
+from models.forecast.evaluation import origin_targets, rolling_origins
 
 COMBINATION = "adahedge"
 
@@ -43,11 +43,6 @@ class Selection:
     weights: dict[str, float]
     validation_start: int
     notes: list[str] = field(default_factory=list)
-
-
-def origin_targets(series: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
-    """(N, H) what came in the `horizon` buckets from each origin."""
-    return series[origins[:, None] + np.arange(horizon)[None, :]]
 
 
 class PreheatForecaster:
