@@ -23,9 +23,15 @@ handoff): LIRS taking over on gli at 20% then hit 0.128 where LIRS alone hits 0.
 Rejected: keeping every candidate's metadata for the real cache (set dueling, as the previous
 two-member `DuelingPolicy` did): with eight candidates every miss costs eight inserts and
 removals, and the replay fell to a sixth of LRU's speed; a switch costs one replay of the
-history and one pass over the cache, and hysteresis keeps switches rare. The switch itself
-waits for the next `victim` call, so the tier's buffered hits (applied in bulk) and a replay's
-eager hits switch at the same point and evict the same keys.
+history and one pass over the cache, and hysteresis keeps switches rare.
+
+The rebuild is spread over evictions (`_Rebuild`): each `victim` call replays `REBUILD_STEP`
+accesses of the history plus those that came since the previous call, and the old leader keeps
+evicting until the rebuild has caught up. A switch runs on the serving path, under the memory
+tier's lock: done at once, the replay of 65,536 accesses held that lock for 17-177 ms
+(`victim`'s slowest call over 12 cells, 2026-12-05), stalling every request on the node. Only
+evictions drive it, so the tier's buffered hits (applied in bulk) and a replay's eager hits
+switch at the same point and evict the same keys.
 
 Hints: a candidate marked "hinted" gets the tail / conversation hints and `on_cold`; the others
 never see them. A hinted candidate and its plain twin both have shadows, so the hint is used
@@ -83,8 +89,12 @@ DEFAULT_MIN_SHADOW = 128  # entries per shadow at least: the rate rises for smal
 # more of the past the rebuild sees, the nearer it comes to the state the leader would have had
 # (over the 44 cells, summed margin to the best online policy: 8,192 -0.079; 16,384 to 262,144
 # -0.053 to -0.059). A switch runs inside `victim`, on the serving path: replaying 65,536
-# accesses there took 35-110 ms (caches of 100 to 20,000 entries, 2026-12-05), once per switch.
+# accesses at once took 17-177 ms (caches of 71 to 8,785 entries, 2026-12-05): `REBUILD_STEP`.
 MAX_HISTORY = 1 << 16
+# history accesses a rebuild replays per eviction, on top of the accesses since the previous
+# one (so it always gains): a switch completes within MAX_HISTORY / REBUILD_STEP evictions, and
+# no `victim` call replays more than this plus the hits before it
+REBUILD_STEP = 1024
 # the hysteresis counts at least this many sampled accesses: early on, a challenger needs
 # about 5 hits of lead, not 1 (over the shipped traces: cells more than 0.003 below the best
 # libCacheSim policy 18 -> 16 of 44; sprite 5-20% lost its early detours to MQ)
@@ -136,6 +146,35 @@ class _Shadow:
             self.policy.on_cold(key)
 
 
+class _Rebuild:
+    """A new leader's state in the making: a full-size, hint-free simulated cache replaying the
+    history, then the accesses that arrive while it replays (see the module docstring)."""
+
+    __slots__ = ("candidate", "fresh", "pending", "shadow")
+
+    def __init__(self, candidate: Candidate, capacity: int, history: deque[object]) -> None:
+        self.candidate = candidate
+        self.shadow = _Shadow(candidate, capacity)
+        self.pending = deque(history)
+        self.fresh = 0  # accesses fed since the last `advance`
+
+    def feed(self, key: object) -> None:
+        self.pending.append(key)
+        self.fresh += 1
+
+    def feed_many(self, keys: Sequence[object]) -> None:
+        self.pending.extend(keys)
+        self.fresh += len(keys)
+
+    def advance(self) -> bool:
+        """Replay the next slice; True once nothing is left to replay."""
+        access, take = self.shadow.access, self.pending.popleft
+        for _ in range(min(len(self.pending), REBUILD_STEP + self.fresh)):
+            access(take(), None)
+        self.fresh = 0
+        return not self.pending
+
+
 class PoolPolicy(EvictionPolicy):
     """Follows the candidate whose shadow hit most over the last `window` sampled accesses
     (see the module docstring). `pool`: names from `CANDIDATES`, the first leads until the
@@ -173,6 +212,7 @@ class PoolPolicy(EvictionPolicy):
         self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
         self._seen = 0
         self._history: deque[object] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
+        self._rebuild: _Rebuild | None = None  # while a switch is under way
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -226,32 +266,46 @@ class PoolPolicy(EvictionPolicy):
             self.target = best
 
     def _switch(self) -> None:
-        """Make the target lead: rebuilt from the last accesses (see the module docstring), or,
-        between a hinted candidate and its plain twin, the same object from now on with or
-        without the hints."""
-        twins = self._candidates[self.target].make is self._candidates[self.leader].make
-        self.leader = self.target
-        self.switches.append((self._seen, self.leader_name))
-        if twins:  # the same policy with or without hints: its state stays right
-            self._install(self._live)
+        """Move the lead toward the target: between a hinted candidate and its plain twin, the
+        same object from now on with or without the hints; else one more slice of the rebuild
+        (see the module docstring), handed over once it has caught up."""
+        target = self._candidates[self.target]
+        if target.make is self._candidates[self.leader].make:  # its state stays right
+            self._rebuild = None
+            self._take_lead(self._live)
             return
+        rebuild = self._rebuild
+        if rebuild is None or rebuild.candidate.make is not target.make:
+            rebuild = self._rebuild = _Rebuild(target, self._resident, self._history)
+        if rebuild.advance():
+            self._rebuild = None
+            self._take_lead(self._reconciled(rebuild.shadow))
+
+    def _reconciled(self, rebuilt: _Shadow) -> EvictionPolicy:
+        """The rebuilt policy made to agree with what is really resident: keys it would hold
+        that are gone become its ghosts, keys the old leader kept that it would not are inserted
+        cold (evicted first)."""
         ranked = self._live.ranked()
         resident = {key for key, _ in ranked}
-        rebuilt = _Shadow(self._candidates[self.leader], len(resident))  # full size, no hints
-        for key in self._history:
-            rebuilt.access(key, None)
         live, simulated = rebuilt.policy, rebuilt.resident
         for key, _ in live.ranked():  # in the policy's order, not a set's (hash-seeded) one
             if key not in resident:
                 live.on_lost(key)
-        for key, _ in ranked:  # kept by the old leader, not by the new one: evicted first
+        for key, _ in ranked:
             if key not in simulated:
                 live.on_insert(key, 0.0, None)
                 live.on_cold(key)
+        return live
+
+    def _take_lead(self, live: EvictionPolicy) -> None:
+        self.leader = self.target
+        self.switches.append((self._seen, self.leader_name))
         self._install(live)
 
     def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
         self._history.append(key)
+        if self._rebuild is not None:
+            self._rebuild.feed(key)
         self._resident += 1
         self._live_insert(key, now, hint if self._hinted else None)
         if _spot(key) < self._threshold:
@@ -260,6 +314,8 @@ class PoolPolicy(EvictionPolicy):
 
     def on_access(self, key: str, now: float) -> None:
         self._history.append(key)
+        if self._rebuild is not None:
+            self._rebuild.feed(key)
         self._live_access(key, now)
         if key in self._sampled:
             self._observe(key, None)
@@ -269,6 +325,8 @@ class PoolPolicy(EvictionPolicy):
         included (a shadow, smaller than the cache, may miss and evict between them)."""
         self._live.on_access_many(keys)
         self._history.extend(keys)
+        if self._rebuild is not None:
+            self._rebuild.feed_many(keys)
         for key in filter(self._sampled.__contains__, keys):
             self._observe(key, None)
 
@@ -289,6 +347,8 @@ class PoolPolicy(EvictionPolicy):
             self._start(self._resident)
         if self.target != self.leader:
             self._switch()
+        elif self._rebuild is not None:  # the old leader won back its lead: drop the rebuild
+            self._rebuild = None
         return self._live.victim(keep)
 
     def ranked(self) -> list[tuple[str, bool]]:

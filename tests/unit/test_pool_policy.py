@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cache_runtime.policies import make_policy
-from cache_runtime.pool import CANDIDATES, MAX_HISTORY, PoolPolicy
+from cache_runtime.pool import CANDIDATES, MAX_HISTORY, REBUILD_STEP, PoolPolicy
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.tiers.memory import MemoryTier
@@ -235,6 +235,46 @@ def _serve(pool: PoolPolicy, keys: list[object], capacity: int, resident: set[ob
             resident.discard(gone)
         pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
         resident.add(key)
+
+
+def _switching_with_history(accesses: int) -> tuple[PoolPolicy, set[object]]:
+    """LRU leading a full cache of C entries after `accesses` hits, told to hand over to LIRS
+    (as the shadows would once LIRS leads them)."""
+    pool, resident = PoolPolicy(("lru", "lirs"), capacity=C), set()
+    _serve(pool, list(range(C)), C, resident)
+    for _ in range(accesses // C):
+        pool.on_access_many(list(range(C)))  # type: ignore[arg-type]
+    pool.target = 1
+    return pool, resident
+
+
+def test_a_switch_replays_its_history_a_slice_per_eviction() -> None:
+    """Replayed at once, a rebuild from 65,536 accesses held the memory tier's lock for up to
+    177 ms. Spread, no eviction replays more than REBUILD_STEP accesses plus those since the
+    previous one, the old leader evicts meanwhile, and the new one takes over within
+    len(history) / REBUILD_STEP evictions, holding every resident key."""
+    pool, resident = _switching_with_history(8 * REBUILD_STEP)
+    history = len(pool._history)
+    evictions = 0
+    while pool.leader_name == "lru":
+        before = len(pool._rebuild.pending) if pool._rebuild else history
+        _serve(pool, [f"new-{evictions}"], C, resident)  # a miss: one eviction, one insert
+        evictions += 1
+        if pool._rebuild is not None:
+            assert before + 1 - len(pool._rebuild.pending) <= REBUILD_STEP + 1
+    assert 8 <= evictions <= history // REBUILD_STEP + 1
+    assert pool.switches == [(pool._seen, "lirs")]
+    assert {key for key, _ in pool.ranked()} == resident
+
+
+def test_a_rebuild_is_dropped_when_the_old_leader_wins_back() -> None:
+    pool, resident = _switching_with_history(4 * REBUILD_STEP)
+    _serve(pool, ["new-0"], C, resident)
+    assert pool._rebuild is not None and pool.leader_name == "lru"
+    pool.target = 0  # the shadows changed their mind
+    _serve(pool, ["new-1"], C, resident)
+    assert pool._rebuild is None and pool.leader_name == "lru" and not pool.switches
+    assert {key for key, _ in pool.ranked()} == resident
 
 
 def _hot_then_scan(pool: PoolPolicy, capacity: int) -> list[str]:
