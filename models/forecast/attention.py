@@ -91,6 +91,23 @@ class Windows:
     level: np.ndarray  # (B,) the sample's recent level (mean of the last L base buckets, floored)
     phase: np.ndarray  # (B, 2) sin and cos of the origin's place in the season (zeros: no season)
 
+    def take(self, index: np.ndarray) -> Windows:
+        """The samples at `index`, in its order."""
+        return Windows(
+            self.tokens[index], self.mask[index], self.last[index], self.level[index],
+            self.phase[index],
+        )  # fmt: skip
+
+    def sample_keys(self) -> list[bytes]:
+        """One exact key per sample: the bytes of everything the model reads about it (equal
+        keys, equal forecasts), for memoising forecasts across calls."""
+        b = len(self.last)
+        inputs = np.column_stack(
+            [self.tokens.reshape(b, -1), self.mask.reshape(b, -1), self.last, self.level,
+             self.phase]
+        )  # fmt: skip  # (B, 2*S*L + 4)
+        return [row.tobytes() for row in inputs]
+
 
 def multiscale_windows(
     series: np.ndarray, rows: np.ndarray, origins: np.ndarray, config: AttentionConfig
@@ -271,12 +288,16 @@ def train_module(
     return module
 
 
-@torch.no_grad()
 def predict(
     module: ForecastModule, series: np.ndarray, rows: np.ndarray, origins: np.ndarray
 ) -> np.ndarray:
     """(B, H) non-negative forecasts for samples (rows[i], origins[i]) from their past only."""
-    windows = multiscale_windows(series, rows, origins, module.config)
+    return predict_windows(module, multiscale_windows(series, rows, origins, module.config))
+
+
+@torch.no_grad()
+def predict_windows(module: ForecastModule, windows: Windows) -> np.ndarray:
+    """(B, H) non-negative forecasts for built windows."""
     scaled = module.forecast_scaled(*_tensors(windows)).double().numpy()  # (B, H)
     return scaled * windows.level[:, None]
 

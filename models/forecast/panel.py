@@ -26,7 +26,9 @@ from data_contracts.dtypes import STRING
 from models.forecast.attention import (
     AttentionConfig,
     ForecastModule,
-    predict,
+    Windows,
+    multiscale_windows,
+    predict_windows,
     train_module,
 )
 from models.forecast.combination import Combination, online_weights
@@ -154,6 +156,11 @@ MAX_REPLAY = 48  # origins charged per forecast call: bounded cost per request
 # batches ran slower (48 rounds x 103 keys: 0.71 s in one batch, 0.39 s in 512s, 0.38 s a call
 # per origin; measured 2026-12-05)
 PREDICT_CHUNK = 512
+# Each forecast replays up to MAX_REPLAY past rounds through the attention model, so the gate's
+# consecutive origins, like a deployed model's consecutive calls, ask again for 47 of every 48
+# samples. The fitted model's forecasts are kept by their exact input (`Windows.sample_keys`)
+# and computed once; the store is emptied when it reaches this many samples.
+MEMO_LIMIT = 200_000
 
 
 @dataclass
@@ -172,6 +179,9 @@ class PanelForecaster:
     weights: dict[str, float] = field(default_factory=dict)  # at the end of the fit
     hedge: dict[str, Any] = field(default_factory=dict)  # `Combination.state()` there
     fit_end: str = ""  # ISO start of the first bucket whose actuals the weights have not seen
+    # the fitted module's forecasts by sample input (see MEMO_LIMIT), and the module they are of
+    _memo: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    _memo_of: ForecastModule | None = field(default=None, repr=False, compare=False)
 
     def _train(self, counts: np.ndarray, until: int) -> ForecastModule:
         origins = np.arange(1, until - self.config.horizon + 1)
@@ -209,11 +219,28 @@ class PanelForecaster:
             return np.repeat(levels[:, :, None], horizon, 2)
         assert module is not None
         rows, starts = np.tile(np.arange(k), n), np.repeat(origins, k)  # (N * K,) origin-major
+        windows = multiscale_windows(counts, rows, starts, self.config)
+        if module is not self.module:  # the pre-slice model of a fit: asked once, not kept
+            return self._forward(module, windows).reshape(n, k, horizon)
+        if self._memo_of is not module or len(self._memo) >= MEMO_LIMIT:
+            self._memo, self._memo_of = {}, module
+        keys = windows.sample_keys()
+        memo = self._memo
+        missing = [i for i, key in enumerate(keys) if key not in memo]
+        if missing:
+            computed = self._forward(module, windows.take(np.array(missing)))  # (M, H)
+            memo.update(zip([keys[i] for i in missing], computed, strict=True))
+        return np.stack([memo[key] for key in keys]).reshape(n, k, horizon)
+
+    @staticmethod
+    def _forward(module: ForecastModule, windows: Windows) -> np.ndarray:
+        """(B, H) the model's forecasts, PREDICT_CHUNK samples a forward."""
+        b = len(windows.last)
         out = [
-            predict(module, counts, rows[i : i + PREDICT_CHUNK], starts[i : i + PREDICT_CHUNK])
-            for i in range(0, n * k, PREDICT_CHUNK)
+            predict_windows(module, windows.take(np.arange(i, min(i + PREDICT_CHUNK, b))))
+            for i in range(0, b, PREDICT_CHUNK)
         ]  # (B, H) each
-        return np.concatenate(out).reshape(n, k, horizon)
+        return np.concatenate(out)
 
     def fit(self, panel: KeyPanel, until: int | None = None) -> PanelForecaster:
         """Charge the experts' errors on the last `val_frac` of buckets [0, until), with the

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from data_contracts import KeyForecast
+from models.forecast import panel as panel_module
 from models.forecast.attention import AttentionConfig
 from models.forecast.hotset import KeyWindows
 from models.forecast.hotset_models import AttentionScorer, fine_counts
@@ -128,6 +131,35 @@ def test_panel_weights_go_on_learning_from_buckets_after_the_fit() -> None:
     assert later != pytest.approx(model.weights) and sum(later.values()) == pytest.approx(1.0)
     single = PanelForecaster(TINY, chosen="ewma", alpha=0.3)
     assert single.current_weights(panel) == {"ewma": 1.0}
+
+
+def test_the_fitted_model_forecasts_each_sample_once_and_as_a_fresh_one_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forecast replays past rounds, so the gate's consecutive origins ask for the same
+    samples again: each is computed once (kept by its exact input), and every forecast
+    equals a fresh model's. The store is emptied at MEMO_LIMIT samples."""
+    panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
+    model = PanelForecaster(TINY).fit(panel, until=20)
+    computed: list[int] = []
+    forward = model._forward
+    monkeypatch.setattr(
+        model, "_forward", lambda module, w: computed.append(len(w.last)) or forward(module, w)
+    )
+    rows = len(panel.keys)
+    for first in range(20, 25):
+        rounds = np.arange(first, first + 10)
+        kept = model._predict("attention", panel.counts, rounds, model.module, model.alpha)
+        fresh = dataclasses.replace(model, _memo={}, _memo_of=None)
+        again = fresh._predict("attention", panel.counts, rounds, fresh.module, fresh.alpha)
+        np.testing.assert_allclose(kept, again, rtol=1e-6)  # (N, K, H)
+    # the first call all of its samples, each later one at most its newest round's (fewer where
+    # a row's newest input equals one already seen: equal input, equal forecast)
+    assert computed[0] == 10 * rows and len(computed) == 5
+    assert all(0 < n <= rows for n in computed[1:])
+    monkeypatch.setattr(panel_module, "MEMO_LIMIT", 2 * rows)
+    model._predict("attention", panel.counts, np.arange(30, 33), model.module, model.alpha)
+    assert 0 < len(model._memo) <= 3 * rows  # emptied first, then this call's samples only
 
 
 def test_key_forecast_contract_rejects_negative_and_duplicate_rows() -> None:
