@@ -159,7 +159,7 @@ PREDICT_CHUNK = 512
 # Each forecast replays up to MAX_REPLAY past rounds through the attention model, so the gate's
 # consecutive origins, like a deployed model's consecutive calls, ask again for 47 of every 48
 # samples. The fitted model's forecasts are kept by their exact input (`Windows.sample_keys`)
-# and computed once; the store is emptied when it reaches this many samples.
+# and computed once; the store is emptied when it reaches this many samples (~150 bytes each).
 MEMO_LIMIT = 200_000
 
 
