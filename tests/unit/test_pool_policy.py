@@ -1,19 +1,13 @@
-"""The pool selector: it switches to the candidate that wins, hands the cache over intact, and
-the tier's buffered hits switch it exactly where eager hits do."""
+"""The pool selector: it switches to the candidate that wins (the switch itself:
+test_pool_switch.py), and the candidates evict as their peers do."""
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cache_runtime.policies import make_policy
-from cache_runtime.pool import CANDIDATES, MAX_HISTORY, REBUILD_STEP, PoolPolicy
+from cache_runtime.pool import CANDIDATES, PoolPolicy
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.tiers.memory import MemoryTier
@@ -146,26 +140,6 @@ def test_the_whole_pool_follows_lirs_on_a_loop() -> None:
     assert hits >= 0.98 * _standalone("lirs", accesses, np.arange(len(accesses)))
 
 
-def test_a_new_leader_starts_from_the_state_it_would_have_had() -> None:
-    """MQ takes over from LRU: rebuilt from the cache's last accesses, it knows which keys
-    were read six times and evicts one read twice. Handed the keys in LRU's order with a
-    "reused" mark (the earlier handoff), every key had the same count and the hot key that
-    LRU would evict first went."""
-    pool = PoolPolicy(("lru", "mq"), capacity=C)
-    hot, warm = list(range(C // 2)), list(range(C // 2, C))
-    for key in hot + warm:
-        pool.on_insert(key, 0.0, None)
-    for key in hot * 5 + warm:
-        pool.on_access(key, 0.0)
-    assert pool.ranked()[0][0] in hot  # LRU's next victim
-
-    pool.target = pool.pool.index("mq")  # as the shadows would, once MQ leads them
-    gone = pool.victim(lambda _: False)
-
-    assert pool.leader_name == "mq" and gone in warm
-    assert {key for key, _ in pool.ranked()} == set(hot + warm)
-
-
 @pytest.mark.parametrize("build", [_loop, _frequency, _hot_scan])
 def test_s3fifo_hits_what_libcachesim_s3fifo_hits(build: object) -> None:
     """The same algorithm as the peer it is measured against, first fill included: on a loop
@@ -201,123 +175,6 @@ def test_lirs_hints_send_a_tail_and_an_ended_conversation_out_first() -> None:
     assert lirs.victim(lambda _: False) == 200
 
 
-def test_a_switch_between_twins_keeps_the_state() -> None:
-    pool = PoolPolicy(("prefix-arc", "arc"), capacity=C)
-    for key in range(C):
-        pool.on_insert(key, 0.0, None)
-    live = pool._live
-    pool.target = 1  # the plain twin, as the shadows would name it
-    pool.victim(lambda _: False)
-    assert pool.leader_name == "arc" and pool._live is live and not pool._hinted
-
-
-def test_the_history_is_the_last_accesses_whatever_the_size() -> None:
-    """A switch rebuilds from the last MAX_HISTORY accesses, for a cache of 100 entries as for
-    one that never fills: bounded (a switch runs on the serving path), never per entry."""
-    pool = PoolPolicy(capacity=100)
-    for key in range(100):
-        pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
-    for _ in range(1000):
-        pool.on_access_many(list(range(100)))  # type: ignore[arg-type]
-    assert len(pool._history) == pool._history.maxlen == MAX_HISTORY
-    assert list(pool._history)[-100:] == list(range(100))
-
-
-def _serve(pool: PoolPolicy, keys: list[object], capacity: int, resident: set[object]) -> None:
-    """A cache of `capacity` entries in front of `pool`: hits, or evict one and insert."""
-    for key in keys:
-        if key in resident:
-            pool.on_access(key, 0.0)  # type: ignore[arg-type]
-            continue
-        if len(resident) >= capacity:
-            gone = pool.victim(lambda _: False)
-            pool.on_remove(gone)  # type: ignore[arg-type]
-            resident.discard(gone)
-        pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
-        resident.add(key)
-
-
-def _switching_with_history(accesses: int) -> tuple[PoolPolicy, set[object]]:
-    """LRU leading a full cache of C entries after `accesses` hits, told to hand over to LIRS
-    (as the shadows would once LIRS leads them)."""
-    pool, resident = PoolPolicy(("lru", "lirs"), capacity=C), set()
-    _serve(pool, list(range(C)), C, resident)
-    for _ in range(accesses // C):
-        pool.on_access_many(list(range(C)))  # type: ignore[arg-type]
-    pool.target = 1
-    return pool, resident
-
-
-def test_a_switch_replays_its_history_a_slice_per_eviction() -> None:
-    """Replayed at once, a rebuild from 65,536 accesses held the memory tier's lock for up to
-    177 ms. Spread, no eviction replays more than REBUILD_STEP accesses plus those since the
-    previous one, the old leader evicts meanwhile, and the new one takes over within
-    len(history) / REBUILD_STEP evictions, holding every resident key."""
-    pool, resident = _switching_with_history(8 * REBUILD_STEP)
-    history = len(pool._history)
-    evictions = 0
-    while pool.leader_name == "lru":
-        before = len(pool._rebuild.pending) if pool._rebuild else history
-        _serve(pool, [f"new-{evictions}"], C, resident)  # a miss: one eviction, one insert
-        evictions += 1
-        if pool._rebuild is not None:
-            assert before + 1 - len(pool._rebuild.pending) <= REBUILD_STEP + 1
-    assert 8 <= evictions <= history // REBUILD_STEP + 1
-    assert pool.switches == [(pool._seen, "lirs")]
-    assert {key for key, _ in pool.ranked()} == resident
-
-
-def test_a_rebuild_is_dropped_when_the_old_leader_wins_back() -> None:
-    pool, resident = _switching_with_history(4 * REBUILD_STEP)
-    _serve(pool, ["new-0"], C, resident)
-    assert pool._rebuild is not None and pool.leader_name == "lru"
-    pool.target = 0  # the shadows changed their mind
-    _serve(pool, ["new-1"], C, resident)
-    assert pool._rebuild is None and pool.leader_name == "lru" and not pool.switches
-    assert {key for key, _ in pool.ranked()} == resident
-
-
-def _hot_then_scan(pool: PoolPolicy, capacity: int) -> list[str]:
-    """Six hot pages read six times, then a scan of `capacity` new ones: LRU, leading, keeps
-    the scan; a frequency or reuse-distance policy would have kept the hot pages."""
-    resident: set[object] = set()
-    hot = [f"hot-{i}" for i in range(6)]
-    _serve(pool, hot * 6 + [f"scan-{i}" for i in range(capacity)], capacity, resident)
-    assert not set(hot) & resident
-    return hot
-
-
-def test_a_switch_remembers_the_keys_the_new_leader_lost_as_its_ghosts() -> None:
-    """The rebuilt S3-FIFO would hold the hot pages in main; the cache no longer does. They
-    become its ghosts, so each one that returns goes back to main instead of passing through
-    the small queue as new. Forgotten (the earlier handoff), S3-FIFO's main, frozen on a loop
-    larger than the cache, was never rebuilt: the pool hit 0.031 on cs at 5% where S3-FIFO
-    alone hits 0.049."""
-    pool = PoolPolicy(("lru", "s3fifo"), capacity=10)
-    hot = _hot_then_scan(pool, 10)
-    pool.target = 1  # as the shadows would, once S3-FIFO leads them
-    pool.victim(lambda _: False)
-    live = pool._live
-    assert pool.leader_name == "s3fifo" and isinstance(live, S3FIFOPolicy)
-    lost = [key for key in hot if key in live._ghost]
-    assert len(lost) >= 4  # the rebuilt S3-FIFO kept them in main (two left with the scan)
-    pool.on_insert(lost[0], 0.0, None)
-    assert lost[0] in live._main
-
-
-def test_a_lost_key_of_s3fifo_main_returns_to_main() -> None:
-    s3 = S3FIFOPolicy()
-    for i in range(20):
-        s3.on_insert(f"k{i}", 0.0, None)
-    s3.victim(lambda _: False)  # first fill: the keys past the small queue's 2 go to main
-    s3.on_lost("k10")
-    s3.on_insert("k10", 0.0, None)
-    assert "k10" in s3._main
-    s3.on_remove("k11")  # removed from main: forgotten, as S3-FIFO does with main's evictions
-    s3.on_insert("k11", 0.0, None)
-    assert "k11" in s3._small
-
-
 def test_hysteresis_keeps_a_tie_from_flapping() -> None:
     rng = np.random.default_rng(1)
     accesses = rng.integers(0, 3 * C, 40_000)  # uniform: every policy hits about 1/3
@@ -344,72 +201,6 @@ def test_candidates_evict_only_resident_keys_and_honour_keep(policy: type) -> No
         live.on_insert(key, 0.0, None)
         resident.add(key)
     assert {key for key, _ in live.ranked()} == resident
-
-
-def test_a_switch_hands_over_every_resident_key() -> None:
-    accesses, _ = _loop(np.random.default_rng(0))
-    pool = PoolPolicy(("lru", "lirs"), capacity=C)
-    resident: set[object] = set()
-    _serve(pool, accesses.tolist(), C, resident)
-    assert pool.switches and {key for key, _ in pool.ranked()} == resident
-
-
-# Hot pages read again and again, then a scan: LRU keeps the scan, ARC the hot pages. A switch
-# to ARC removes, from the rebuilt ARC, the hot pages the cache no longer holds; ARC keeps a
-# ghost of each in removal order. Prints every removal ARC saw.
-_SWITCH_TO_ARC = """
-import json
-from cache_runtime import pool as pools
-from cache_runtime.prefix_policies import PrefixARC
-
-removed = []
-
-class Recording(PrefixARC):
-    def on_remove(self, key):
-        removed.append(key)
-        super().on_remove(key)
-
-pools.CANDIDATES["arc"] = pools.Candidate(Recording, False, "records its removals")
-pool = pools.PoolPolicy(("lru", "arc"), capacity=8)
-resident = set()
-
-def access(key):
-    if key in resident:
-        pool.on_access(key, 0.0)
-        return
-    if len(resident) >= 8:
-        gone = pool.victim(lambda _: False)
-        pool.on_remove(gone)
-        resident.discard(gone)
-    pool.on_insert(key, 0.0, None)
-    resident.add(key)
-
-for _ in range(6):
-    for i in range(6):
-        access(f"hot-{i}")
-for i in range(8):
-    access(f"scan-{i}")
-removed.clear()
-pool.target = pool.pool.index("arc")
-access("page-new")
-print(json.dumps(removed))
-"""
-
-
-def test_a_switch_removes_in_the_same_order_in_every_process() -> None:
-    """String keys hash differently in each process (PYTHONHASHSEED): a switch that removed
-    keys in a set's order gave ARC its ghosts in another order each run, and a replay of the
-    Mooncake trace with restarts served different blocks from run to run."""
-    runs = {
-        subprocess.run(
-            [sys.executable, "-c", _SWITCH_TO_ARC], capture_output=True, text=True, check=True,
-            env={**os.environ, "PYTHONHASHSEED": str(seed)}, cwd=Path(__file__).parents[2],
-        ).stdout
-        for seed in (1, 2, 3, 4)
-    }  # fmt: skip
-    assert len(runs) == 1
-    removed = json.loads(runs.pop())
-    assert {f"hot-{i}" for i in range(6)} <= set(removed)  # the switch did remove hot pages
 
 
 def test_pool_and_rate_are_checked() -> None:
