@@ -11,7 +11,12 @@ TORCH_INDEX_URL ?=
 
 .PHONY: demo test test-fast lint install serve
 
-install: $(STAMP)
+# The eviction policies, compiled with mypyc where a C compiler is at hand and rebuilt when their
+# source changes; where the build fails they run as plain Python (cache_runtime/compiled.py).
+POLICIES := $(addprefix cache_runtime/,policies.py prefix_policies.py queue_policies.py pool.py)
+COMPILED := $(VENV)/.preheat-compiled
+
+install: $(COMPILED)
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Preheat needs Python 3.11; set PYTHON=/path/to/python3.11")'
@@ -23,23 +28,27 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
 	@touch $(STAMP)
 
-demo: $(STAMP)
+$(COMPILED): $(STAMP) $(POLICIES)
+	$(BIN)/python cache_runtime/compiled.py
+	@touch $(COMPILED)
+
+demo: $(COMPILED)
 	$(BIN)/preheat demo
 
 # Prefect server + worker + deployments with schedules + MLflow UI + Redis on 127.0.0.1; Ctrl-C stops.
-serve: $(STAMP)
+serve: $(COMPILED)
 	$(BIN)/preheat serve
 
 # Two workers, one test file each at a time: most of the suite waits on the servers its tests
 # start (Redis, Prefect, MLflow, gateways), so a second file runs meanwhile; module fixtures
 # stay within one worker.
-test: $(STAMP)
+test: $(COMPILED)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The edit-test loop: unit tests without the `slow` and `integration` ones. CI runs `make test`.
-test-fast: $(STAMP)
+test-fast: $(COMPILED)
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests/unit -m "not slow and not integration"
 
-lint: $(STAMP)
+lint: $(COMPILED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -5,3 +5,7 @@ KV pages, heat scoring, settings, the embedded redis-server and supervised child
 request-log stream, the node's cache factory, trace readers and tracing, and the gateway's
 model-free serving pieces (`serving/`). torch is needed only by the KV-page code.
 """
+
+from cache_runtime.compiled import check_fresh
+
+check_fresh()

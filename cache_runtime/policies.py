@@ -12,10 +12,18 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Final
+
+from mypy_extensions import mypyc_attr
+
+# A cache key: the tier's strings, a trace's integers. These modules are compiled by mypyc when
+# a C compiler is at hand (`make`; see `cache_runtime.compiled`), and mypyc checks declared
+# types at run time: `str` here would refuse a trace's integer keys.
+Key = Hashable
 
 
-def move_to_end_all(order: OrderedDict[str, None], keys: Sequence[str]) -> None:
+def move_to_end_all(order: OrderedDict[Key, None], keys: Sequence[Key]) -> None:
     """`order.move_to_end(key)` for each of `keys` in turn, in a C loop (no Python frame per
     key); keys no longer in `order` (removed after a reader buffered them) are skipped."""
     try:
@@ -24,20 +32,21 @@ def move_to_end_all(order: OrderedDict[str, None], keys: Sequence[str]) -> None:
         deque(map(order.move_to_end, filter(order.__contains__, keys)), maxlen=0)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class EvictionPolicy:
     """Base: `on_insert` / `on_access` / `on_remove` keep state, `victim` names the next one."""
 
     name = "base"
     uses_time = False  # True if on_access/on_insert read `now` (else the tier passes 0.0)
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         """`hint` is what the application knows about the new entry (see `Hint`)."""
         raise NotImplementedError
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         raise NotImplementedError
 
-    def on_access_many(self, keys: Sequence[str]) -> None:
+    def on_access_many(self, keys: Sequence[Key]) -> None:
         """Hits in access order, repeats included: what the memory tier's read buffer holds
         when it catches the policy up. Must leave the policy exactly as `on_access(key, 0.0)`
         per key would (the tests compare the two); policies override it with bulk C-level
@@ -47,10 +56,10 @@ class EvictionPolicy:
         for key in keys:  # the memory tier gives this default only keys still cached
             self.on_access(key, 0.0)
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         raise NotImplementedError
 
-    def on_lost(self, key: str) -> None:
+    def on_lost(self, key: Key) -> None:
         """`key` is gone from the cache though this policy did not evict it, and it may come
         back: remember it as an evicted key (a ghost), so that its return counts as a reuse.
         What a switch of policy (`PoolPolicy`) calls for each key the new leader would hold
@@ -60,21 +69,22 @@ class EvictionPolicy:
         of `benchmarks/robustness.py` by 0.0002, so it keeps the default.)"""
         self.on_remove(key)
 
-    def on_cold(self, key: str) -> None:
+    def on_cold(self, key: Key) -> None:
         """The application says `key` will not be needed soon (its conversation ended): make it
         the next to go. The default does nothing, which is always safe."""
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         """The entry to evict next, skipping those `keep` protects; None if all are protected."""
         raise NotImplementedError
 
-    def ranked(self) -> list[tuple[str, bool]]:
+    def ranked(self) -> list[tuple[Key, bool]]:
         """Every cached key, about the order this policy would evict them in, each with
         whether the policy has seen it reused: what a switch of policy (`PoolPolicy`) hands
         over to the next one. Only the pool's candidates need it."""
         raise NotImplementedError
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LRUPolicy(EvictionPolicy):
     """Least recently used first. On LLM prefix traces it beats LRU-2 (0.278 vs 0.195 hit ratio
     at 10% of unique blocks, issue 3)."""
@@ -82,32 +92,33 @@ class LRUPolicy(EvictionPolicy):
     name = "lru"
 
     def __init__(self) -> None:
-        self._order: OrderedDict[str, None] = OrderedDict()
+        self._order: OrderedDict[Key, None] = OrderedDict()
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._order[key] = None
         self._order.move_to_end(key)
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         self._order.move_to_end(key)
 
-    def on_access_many(self, keys: Sequence[str]) -> None:
+    def on_access_many(self, keys: Sequence[Key]) -> None:
         move_to_end_all(self._order, keys)
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         self._order.pop(key, None)
 
-    def on_cold(self, key: str) -> None:
+    def on_cold(self, key: Key) -> None:
         if key in self._order:
             self._order.move_to_end(key, last=False)
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         return next((key for key in self._order if not keep(key)), None)
 
-    def ranked(self) -> list[tuple[str, bool]]:
+    def ranked(self) -> list[tuple[Key, bool]]:
         return [(key, False) for key in self._order]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LRUKPolicy(EvictionPolicy):
     """LRU-K (O'Neil et al., 1993) for K=2 by default: evict the entry whose K-th most recent
     access is oldest; entries seen fewer than K times go first, least recently used first.
@@ -123,17 +134,17 @@ class LRUKPolicy(EvictionPolicy):
         if k < 2:
             raise ValueError("k must be >= 2 (k=1 is LRU)")
         self.k = k
-        self._history: dict[str, list[float]] = {}
-        self._young: OrderedDict[str, None] = OrderedDict()  # seen < k times
-        self._heap: list[tuple[float, int, str]] = []  # (k-th last access, tiebreak, key)
-        self._ticks: dict[str, int] = {}  # seen >= k times -> tiebreak of its live heap entry
+        self._history: dict[Key, list[float]] = {}
+        self._young: OrderedDict[Key, None] = OrderedDict()  # seen < k times
+        self._heap: list[tuple[float, int, Key]] = []  # (k-th last access, tiebreak, key)
+        self._ticks: dict[Key, int] = {}  # seen >= k times -> tiebreak of its live heap entry
         self._tick = 0
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._history[key] = [now]
         self._young[key] = None
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         history = self._history[key]
         history.append(now)
         del history[: -self.k]
@@ -154,16 +165,16 @@ class LRUKPolicy(EvictionPolicy):
         self._heap = [(self._history[k][0], t, k) for k, t in self._ticks.items()]
         heapq.heapify(self._heap)
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         self._history.pop(key, None)
         self._young.pop(key, None)
         self._ticks.pop(key, None)
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         young = next((key for key in self._young if not keep(key)), None)
         if young is not None:
             return young
-        kept: list[tuple[float, int, str]] = []
+        kept: list[tuple[float, int, Key]] = []
         found = None
         while self._heap:
             entry = heapq.heappop(self._heap)
@@ -182,6 +193,7 @@ class LRUKPolicy(EvictionPolicy):
         return found
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class HeatPolicy(EvictionPolicy):
     """Evict the coldest entry by decayed access frequency (LRFU, Lee et al. 1999).
 
@@ -214,11 +226,11 @@ class HeatPolicy(EvictionPolicy):
         self.rate = math.log(2) / half_life
         self.priority_weight = float(priority_weight)
         # key -> (heat, last access, score, tiebreak of its live heap entry)
-        self._state: dict[str, tuple[float, float, float, int]] = {}
-        self._heap: list[tuple[float, int, str]] = []
+        self._state: dict[Key, tuple[float, float, float, int]] = {}
+        self._heap: list[tuple[float, int, Key]] = []
         self._tick = 0
 
-    def _set(self, key: str, heat: float, now: float) -> None:
+    def _set(self, key: Key, heat: float, now: float) -> None:
         score = math.log(heat) + self.rate * now
         self._tick += 1
         self._state[key] = (heat, now, score, self._tick)
@@ -232,28 +244,28 @@ class HeatPolicy(EvictionPolicy):
         self._heap = [(state[2], state[3], k) for k, state in self._state.items()]
         heapq.heapify(self._heap)
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._set(key, 1.0, now)
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         heat, last, _, _ = self._state[key]
         self._set(key, heat * math.exp(-self.rate * max(0.0, now - last)) + 1.0, now)
 
-    def on_insert_priority(self, key: str, now: float, hint: str | None, priority: float) -> None:
+    def on_insert_priority(self, key: Key, now: float, hint: str | None, priority: float) -> None:
         """`on_insert` for a request of priority `priority` (1..10): heat (p / 10) ** w."""
         self._set(key, (priority / 10) ** self.priority_weight, now)
 
-    def on_access_priority(self, key: str, now: float, priority: float) -> None:
+    def on_access_priority(self, key: Key, now: float, priority: float) -> None:
         """`on_access` for a request of priority `priority` (1..10): adds (p / 10) ** w."""
         heat, last, _, _ = self._state[key]
         gain = (priority / 10) ** self.priority_weight
         self._set(key, heat * math.exp(-self.rate * max(0.0, now - last)) + gain, now)
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         self._state.pop(key, None)
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
-        kept: list[tuple[float, int, str]] = []
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
+        kept: list[tuple[float, int, Key]] = []
         found = None
         while self._heap:
             entry = heapq.heappop(self._heap)
@@ -284,8 +296,8 @@ class Hint:
     recorded by `kv_pages` calls given its id) or `cool(keys)` for keys the caller chose; "pin
     with TTL" is `put(pinned=True, ttl_s=...)`."""
 
-    TAIL = "tail"
-    CONVERSATION = "conversation"
+    TAIL: Final = "tail"
+    CONVERSATION: Final = "conversation"
 
 
 def _registry() -> dict[str, type[EvictionPolicy]]:

@@ -46,7 +46,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from cache_runtime.policies import EvictionPolicy, LRUPolicy
+from mypy_extensions import mypyc_attr
+
+from cache_runtime.policies import EvictionPolicy, Key, LRUPolicy
 from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 
@@ -129,19 +131,20 @@ class _Shadow:
         self.resident: set[object] = set()
         self.hinted = candidate.hinted
 
-    def access(self, key: str, hint: str | None) -> bool:
+    def access(self, key: Key, hint: str | None) -> bool:
         if key in self.resident:
             self.policy.on_access(key, 0.0)
             return True
         if len(self.resident) >= self.capacity:
-            gone = self.policy.victim(_never)
-            self.policy.on_remove(gone)
-            self.resident.discard(gone)
+            gone = self.policy.victim(_never)  # never None: nothing is kept
+            if gone is not None:
+                self.policy.on_remove(gone)
+                self.resident.discard(gone)
         self.policy.on_insert(key, 0.0, hint if self.hinted else None)
         self.resident.add(key)
         return False
 
-    def cool(self, key: str) -> None:
+    def cool(self, key: Key) -> None:
         if self.hinted and key in self.resident:
             self.policy.on_cold(key)
 
@@ -152,17 +155,17 @@ class _Rebuild:
 
     __slots__ = ("candidate", "fresh", "pending", "shadow")
 
-    def __init__(self, candidate: Candidate, capacity: int, history: deque[object]) -> None:
+    def __init__(self, candidate: Candidate, capacity: int, history: deque[Key]) -> None:
         self.candidate = candidate
         self.shadow = _Shadow(candidate, capacity)
         self.pending = deque(history)
         self.fresh = 0  # accesses fed since the last `advance`
 
-    def feed(self, key: object) -> None:
+    def feed(self, key: Key) -> None:
         self.pending.append(key)
         self.fresh += 1
 
-    def feed_many(self, keys: Sequence[object]) -> None:
+    def feed_many(self, keys: Sequence[Key]) -> None:
         self.pending.extend(keys)
         self.fresh += len(keys)
 
@@ -175,6 +178,7 @@ class _Rebuild:
         return not self.pending
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PoolPolicy(EvictionPolicy):
     """Follows the candidate whose shadow hit most over the last `window` sampled accesses
     (see the module docstring). `pool`: names from `CANDIDATES`, the first leads until the
@@ -211,7 +215,7 @@ class PoolPolicy(EvictionPolicy):
         self.leader = self.target = 0
         self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
         self._seen = 0
-        self._history: deque[object] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
+        self._history: deque[Key] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
         self._rebuild: _Rebuild | None = None  # while a switch is under way
         self._install(self._candidates[0].make())
         if capacity is not None:
@@ -250,7 +254,7 @@ class PoolPolicy(EvictionPolicy):
         threshold = self._threshold
         self._sampled = {key for key, _ in self._live.ranked() if _spot(key) < threshold}
 
-    def _observe(self, key: str, hint: str | None) -> None:
+    def _observe(self, key: Key, hint: str | None) -> None:
         result = tuple([shadow.access(key, hint) for shadow in self._shadows])  # type: ignore[union-attr]
         window, wins = self._window, self._wins
         if len(window) == window.maxlen:
@@ -302,7 +306,7 @@ class PoolPolicy(EvictionPolicy):
         self.switches.append((self._seen, self.leader_name))
         self._install(live)
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
@@ -312,7 +316,7 @@ class PoolPolicy(EvictionPolicy):
             self._sampled.add(key)
             self._observe(key, hint)
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
@@ -320,7 +324,7 @@ class PoolPolicy(EvictionPolicy):
         if key in self._sampled:
             self._observe(key, None)
 
-    def on_access_many(self, keys: Sequence[str]) -> None:
+    def on_access_many(self, keys: Sequence[Key]) -> None:
         """The leader in bulk; the shadows replay the sampled hits one by one, repeats
         included (a shadow, smaller than the cache, may miss and evict between them)."""
         self._live.on_access_many(keys)
@@ -330,19 +334,19 @@ class PoolPolicy(EvictionPolicy):
         for key in filter(self._sampled.__contains__, keys):
             self._observe(key, None)
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         self._resident -= 1
         self._sampled.discard(key)
         self._live.on_remove(key)
 
-    def on_cold(self, key: str) -> None:
+    def on_cold(self, key: Key) -> None:
         if self._hinted:
             self._live.on_cold(key)
         if key in self._sampled:
             for shadow in self._shadows or ():
                 shadow.cool(key)
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         if self._shadows is None:  # the cache just filled: its size in entries is known now
             self._start(self._resident)
         if self.target != self.leader:
@@ -351,5 +355,5 @@ class PoolPolicy(EvictionPolicy):
             self._rebuild = None
         return self._live.victim(keep)
 
-    def ranked(self) -> list[tuple[str, bool]]:
+    def ranked(self) -> list[tuple[Key, bool]]:
         return self._live.ranked()

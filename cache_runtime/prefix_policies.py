@@ -11,9 +11,12 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from itertools import islice
 
-from cache_runtime.policies import EvictionPolicy, Hint, move_to_end_all
+from mypy_extensions import mypyc_attr
+
+from cache_runtime.policies import EvictionPolicy, Hint, Key, move_to_end_all
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PrefixSLRU(EvictionPolicy):
     """Segmented LRU for KV prefix blocks, with cold insertion of request tails.
 
@@ -36,12 +39,12 @@ class PrefixSLRU(EvictionPolicy):
         if not 0 < protected_share < 1:
             raise ValueError("protected_share must be in (0, 1)")
         self.protected_share = protected_share
-        self._probation: OrderedDict[str, None] = OrderedDict()
-        self._protected: OrderedDict[str, None] = OrderedDict()
-        self._ghosts: OrderedDict[str, None] = OrderedDict()
+        self._probation: OrderedDict[Key, None] = OrderedDict()
+        self._protected: OrderedDict[Key, None] = OrderedDict()
+        self._ghosts: OrderedDict[Key, None] = OrderedDict()
         self._capacity: int | None = None
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         # evicted recently and wanted again, or a live conversation's history
         if self._ghosts.pop(key, 0) is None or hint == Hint.CONVERSATION:
             self._protected[key] = None
@@ -51,32 +54,32 @@ class PrefixSLRU(EvictionPolicy):
         if hint == Hint.TAIL:
             self._probation.move_to_end(key, last=False)
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         if self._probation.pop(key, 0) is None:
             self._protected[key] = None
             self._rebalance()
         else:
             self._protected.move_to_end(key)
 
-    def on_access_many(self, keys: Sequence[str]) -> None:
+    def on_access_many(self, keys: Sequence[Key]) -> None:
         """As `on_access` per key: every hit key ends in protected by last access; one
         rebalance after demotes the same keys (protected's least recent) that a rebalance per
         promotion would."""
         if _hits_to_end(keys, self._probation, self._protected):
             self._rebalance()
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         if self._probation.pop(key, 0) is None or self._protected.pop(key, 0) is None:
             self._ghosts[key] = None
             while len(self._ghosts) > max(len(self._probation) + len(self._protected), 1):
                 self._ghosts.popitem(last=False)
 
-    def on_cold(self, key: str) -> None:
+    def on_cold(self, key: Key) -> None:
         if self._protected.pop(key, 0) is None or key in self._probation:
             self._probation[key] = None
             self._probation.move_to_end(key, last=False)
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         if self._capacity is None:
             self._capacity = len(self._probation) + len(self._protected)
         for segment in (self._probation, self._protected):
@@ -85,7 +88,7 @@ class PrefixSLRU(EvictionPolicy):
                 return found
         return None
 
-    def ranked(self) -> list[tuple[str, bool]]:
+    def ranked(self) -> list[tuple[Key, bool]]:
         return [(k, False) for k in self._probation] + [(k, True) for k in self._protected]
 
     def _rebalance(self) -> None:
@@ -100,6 +103,7 @@ class PrefixSLRU(EvictionPolicy):
         self._probation.update(dict.fromkeys(demoted))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PrefixARC(EvictionPolicy):
     """ARC (Megiddo & Modha, FAST'03) with request tails inserted at T1's eviction end.
 
@@ -113,17 +117,17 @@ class PrefixARC(EvictionPolicy):
 
     def __init__(self, tail_cold: bool = True) -> None:
         self.tail_cold = tail_cold
-        self._t1: OrderedDict[str, None] = OrderedDict()
-        self._t2: OrderedDict[str, None] = OrderedDict()
-        self._b1: OrderedDict[str, None] = OrderedDict()
-        self._b2: OrderedDict[str, None] = OrderedDict()
+        self._t1: OrderedDict[Key, None] = OrderedDict()
+        self._t2: OrderedDict[Key, None] = OrderedDict()
+        self._b1: OrderedDict[Key, None] = OrderedDict()
+        self._b2: OrderedDict[Key, None] = OrderedDict()
         self._p = 0.0
         self._capacity: int | None = None
 
     def _c(self) -> int:
         return self._capacity or max(1, len(self._t1) + len(self._t2))
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         c = self._c()
         # The adaptation step uses the ghost list sizes *with* the returning key, as in the paper.
         if key in self._b1:  # ghost of T1: the recency side was too small
@@ -143,17 +147,17 @@ class PrefixARC(EvictionPolicy):
         if hint == Hint.TAIL and self.tail_cold:
             self._t1.move_to_end(key, last=False)
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         if self._t1.pop(key, 0) is None:
             self._t2[key] = None
         else:
             self._t2.move_to_end(key)
 
-    def on_access_many(self, keys: Sequence[str]) -> None:
+    def on_access_many(self, keys: Sequence[Key]) -> None:
         """As `on_access` per key: every hit key ends at T2's recent end, by last access."""
         _hits_to_end(keys, self._t1, self._t2)
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         c = self._c()
         if self._t1.pop(key, 0) is None:
             self._b1[key] = None
@@ -164,12 +168,12 @@ class PrefixARC(EvictionPolicy):
         while len(self._b1) + len(self._b2) + len(self._t1) + len(self._t2) > 2 * c and self._b2:
             self._b2.popitem(last=False)
 
-    def on_cold(self, key: str) -> None:
+    def on_cold(self, key: Key) -> None:
         if self._t2.pop(key, 0) is None or key in self._t1:
             self._t1[key] = None
             self._t1.move_to_end(key, last=False)
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         if self._capacity is None:
             self._capacity = len(self._t1) + len(self._t2)
         t1_first = bool(self._t1) and (len(self._t1) > self._p or not self._t2)
@@ -179,12 +183,12 @@ class PrefixARC(EvictionPolicy):
                 return found
         return None
 
-    def ranked(self) -> list[tuple[str, bool]]:
+    def ranked(self) -> list[tuple[Key, bool]]:
         return [(k, False) for k in self._t1] + [(k, True) for k in self._t2]
 
 
 def _hits_to_end(
-    keys: Sequence[str], source: OrderedDict[str, None], target: OrderedDict[str, None]
+    keys: Sequence[Key], source: OrderedDict[Key, None], target: OrderedDict[Key, None]
 ) -> int:
     """Apply hits that move a key from `source` to `target`'s recent end, or to that end if it
     is in `target` already (ARC's T1 -> T2, SLRU's probation -> protected), in bulk and in C:

@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 
-from cache_runtime.policies import EvictionPolicy, Hint
+from mypy_extensions import mypyc_attr
+
+from cache_runtime.policies import EvictionPolicy, Hint, Key
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class S3FIFOPolicy(EvictionPolicy):
     """S3-FIFO (Yang et al., SOSP'23): a small FIFO of 10% takes new keys; a key hit while
     there moves to the main FIFO when it reaches the small queue's end, the others leave and
@@ -30,32 +33,32 @@ class S3FIFOPolicy(EvictionPolicy):
     def __init__(self, small_share: float = 0.1, promote_at: int = 2) -> None:
         self.small_share = small_share
         self.promote_at = promote_at
-        self._small: OrderedDict[str, None] = OrderedDict()
-        self._main: OrderedDict[str, None] = OrderedDict()
-        self._ghost: OrderedDict[str, None] = OrderedDict()
-        self._freq: dict[str, int] = {}
+        self._small: OrderedDict[Key, None] = OrderedDict()
+        self._main: OrderedDict[Key, None] = OrderedDict()
+        self._ghost: OrderedDict[Key, None] = OrderedDict()
+        self._freq: dict[Key, int] = {}
         self._capacity: int | None = None
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._freq[key] = 0
         if self._ghost.pop(key, 0) is None:
             self._main[key] = None
         else:
             self._small[key] = None
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         freq = self._freq
         if freq[key] < 3:
             freq[key] += 1
 
-    def on_access_many(self, keys: Sequence[str]) -> None:
+    def on_access_many(self, keys: Sequence[Key]) -> None:
         freq = self._freq
         for key in keys:
             count = freq.get(key)
             if count is not None and count < 3:
                 freq[key] = count + 1
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         if self._freq.pop(key, None) is None:
             return
         if self._small.pop(key, 0) is None:
@@ -63,7 +66,7 @@ class S3FIFOPolicy(EvictionPolicy):
         else:
             self._main.pop(key, None)
 
-    def on_lost(self, key: str) -> None:
+    def on_lost(self, key: Key) -> None:
         """A ghost from either queue: a key of main that returns goes back to main, where a
         loop larger than the cache would otherwise never let it (it would leave the small
         queue before its next use)."""
@@ -73,13 +76,13 @@ class S3FIFOPolicy(EvictionPolicy):
             del self._main[key]
         self._remember(key)
 
-    def _remember(self, key: str) -> None:
+    def _remember(self, key: Key) -> None:
         self._ghost[key] = None
         limit = max(1, len(self._freq) - int(len(self._freq) * self.small_share))
         while len(self._ghost) > limit:
             self._ghost.popitem(last=False)
 
-    def on_cold(self, key: str) -> None:
+    def on_cold(self, key: Key) -> None:
         if key in self._freq:
             self._freq[key] = 0
 
@@ -94,7 +97,7 @@ class S3FIFOPolicy(EvictionPolicy):
             del small[key]
             self._main[key] = None
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         small, main, freq = self._small, self._main, self._freq
         if self._capacity is None:
             self._capacity = len(freq)
@@ -124,10 +127,11 @@ class S3FIFOPolicy(EvictionPolicy):
                 return None
         return None
 
-    def ranked(self) -> list[tuple[str, bool]]:
+    def ranked(self) -> list[tuple[Key, bool]]:
         return [(k, False) for k in self._small] + [(k, self._freq[k] > 0) for k in self._main]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MQPolicy(EvictionPolicy):
     """Multi-queue (Zhou, Philbin & Li, USENIX ATC'01): `queues` LRU queues, a key hit f times
     lives in queue log2(f); a key not hit for `lifetime` accesses drops one queue; victims come
@@ -142,32 +146,32 @@ class MQPolicy(EvictionPolicy):
 
     def __init__(self, queues: int = 8, ghost_factor: int = 4, life: float = 16.0) -> None:
         self._life = life
-        self._queues: list[OrderedDict[str, None]] = [OrderedDict() for _ in range(queues)]
-        self._state: dict[str, list[int]] = {}  # key -> [hits, expiry, queue]
-        self._ghost: OrderedDict[str, int] = OrderedDict()
+        self._queues: list[OrderedDict[Key, None]] = [OrderedDict() for _ in range(queues)]
+        self._state: dict[Key, list[int]] = {}  # key -> [hits, expiry, queue]
+        self._ghost: OrderedDict[Key, int] = OrderedDict()
         self._ghost_factor = ghost_factor
         self._clock = 0
         self._lifetime: int | None = None
 
-    def _place(self, key: str, state: list[int]) -> None:
+    def _place(self, key: Key, state: list[int]) -> None:
         level = min(state[0].bit_length() - 1, len(self._queues) - 1)
         state[2] = level
         state[1] = self._clock + (self._lifetime or len(self._state))
         self._queues[level][key] = None
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._clock += 1
         state = self._state[key] = [self._ghost.pop(key, 0) + 1, 0, 0]
         self._place(key, state)
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         self._clock += 1
         state = self._state[key]
         del self._queues[state[2]][key]
         state[0] += 1
         self._place(key, state)
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         state = self._state.pop(key, None)
         if state is None:
             return
@@ -176,7 +180,7 @@ class MQPolicy(EvictionPolicy):
         while len(self._ghost) > self._ghost_factor * max(1, len(self._state)):
             self._ghost.popitem(last=False)
 
-    def on_cold(self, key: str) -> None:
+    def on_cold(self, key: Key) -> None:
         state = self._state.get(key)
         if state is not None:
             del self._queues[state[2]][key]
@@ -198,7 +202,7 @@ class MQPolicy(EvictionPolicy):
                 state[1] += lifetime
                 state[2] = level - 1
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         if self._lifetime is None:
             self._lifetime = max(1, int(len(self._state) * self._life))
         self._demote()
@@ -208,13 +212,14 @@ class MQPolicy(EvictionPolicy):
                 return found
         return None
 
-    def ranked(self) -> list[tuple[str, bool]]:
+    def ranked(self) -> list[tuple[Key, bool]]:
         return [(k, level > 0) for level, q in enumerate(self._queues) for k in q]
 
 
 _LIR, _HIR = True, False
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LIRSPolicy(EvictionPolicy):
     """LIRS (Jiang & Zhang, SIGMETRICS'02): keys whose reuse distance is short (LIR) hold 99%
     of the cache; the rest (HIR) is a small FIFO that new keys pass through; a HIR key reused
@@ -232,10 +237,10 @@ class LIRSPolicy(EvictionPolicy):
 
     def __init__(self, hir_share: float = 0.01) -> None:
         self.hir_share = hir_share
-        self._stack: OrderedDict[str, None] = OrderedDict()  # bottom first
-        self._queue: OrderedDict[str, None] = OrderedDict()  # resident HIR, oldest first
-        self._status: dict[str, bool] = {}  # resident key -> LIR?
-        self._ghosts: OrderedDict[str, None] = OrderedDict()  # non-resident HIR in the stack
+        self._stack: OrderedDict[Key, None] = OrderedDict()  # bottom first
+        self._queue: OrderedDict[Key, None] = OrderedDict()  # resident HIR, oldest first
+        self._status: dict[Key, bool] = {}  # resident key -> LIR?
+        self._ghosts: OrderedDict[Key, None] = OrderedDict()  # non-resident HIR in the stack
         self._lir_limit: int | None = None
         self._lirs = 0
 
@@ -256,7 +261,7 @@ class LIRSPolicy(EvictionPolicy):
         self._queue[bottom] = None
         self._prune()
 
-    def _make_lir(self, key: str) -> None:
+    def _make_lir(self, key: Key) -> None:
         self._status[key] = _LIR
         self._lirs += 1
         self._stack[key] = None
@@ -264,7 +269,7 @@ class LIRSPolicy(EvictionPolicy):
         if self._lir_limit is not None and self._lirs > self._lir_limit:
             self._demote_bottom()
 
-    def on_insert(self, key: str, now: float, hint: str | None = None) -> None:
+    def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         if self._lir_limit is None or self._lirs < self._lir_limit:
             self._ghosts.pop(key, None)
             self._make_lir(key)
@@ -277,7 +282,7 @@ class LIRSPolicy(EvictionPolicy):
             if hint == Hint.TAIL:
                 self._queue.move_to_end(key, last=False)
 
-    def on_access(self, key: str, now: float) -> None:
+    def on_access(self, key: Key, now: float) -> None:
         stack = self._stack
         if self._status[key] is _LIR:
             at_bottom = next(iter(stack)) == key
@@ -291,7 +296,7 @@ class LIRSPolicy(EvictionPolicy):
             stack[key] = None
             self._queue.move_to_end(key)
 
-    def on_remove(self, key: str) -> None:
+    def on_remove(self, key: Key) -> None:
         status = self._status.pop(key, None)
         if status is None:
             return
@@ -307,7 +312,7 @@ class LIRSPolicy(EvictionPolicy):
                 del self._stack[self._ghosts.popitem(last=False)[0]]
             self._prune()
 
-    def on_cold(self, key: str) -> None:
+    def on_cold(self, key: Key) -> None:
         status = self._status.get(key)
         if status is _LIR:
             self._lirs -= 1
@@ -318,7 +323,7 @@ class LIRSPolicy(EvictionPolicy):
         if status is not None:
             self._queue.move_to_end(key, last=False)
 
-    def victim(self, keep: Callable[[str], bool]) -> str | None:
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         if self._lir_limit is None:
             resident = len(self._status)
             self._lir_limit = max(1, resident - max(1, int(resident * self.hir_share)))
@@ -329,6 +334,6 @@ class LIRSPolicy(EvictionPolicy):
             found = next((k for k in self._stack if self._status.get(k) and not keep(k)), None)
         return found
 
-    def ranked(self) -> list[tuple[str, bool]]:
-        lirs: Iterator[str] = (k for k in self._stack if self._status.get(k) is _LIR)
+    def ranked(self) -> list[tuple[Key, bool]]:
+        lirs: Iterator[Key] = (k for k in self._stack if self._status.get(k) is _LIR)
         return [(k, False) for k in self._queue] + [(k, True) for k in lirs]

@@ -1,0 +1,51 @@
+"""The mypyc build of the eviction policies: a stale extension is refused, a failed build leaves
+nothing behind and says so in one line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cache_runtime import compiled, pool
+
+SUFFIX = ".cpython-311-x86_64-linux-gnu.so"
+
+
+def _package(root: Path) -> Path:
+    package = root / "cache_runtime"
+    package.mkdir()
+    for name in compiled.MODULES:
+        (package / f"{name}.py").write_text("x = 1\n")
+    return package
+
+
+def test_an_extension_older_than_its_source_is_refused(tmp_path: Path) -> None:
+    package = _package(tmp_path)
+    extension = package / f"pool{SUFFIX}"
+    extension.write_bytes(b"")
+    os.utime(extension, (1_000, 1_000))  # built before the source was last edited
+    assert compiled.stale_modules(package) == ["pool"]
+    with pytest.raises(ImportError, match="compiled pool is older than its source; run `make"):
+        compiled.check_fresh(package)
+    os.utime(extension)  # rebuilt now
+    compiled.check_fresh(package)
+
+
+def test_a_failed_build_leaves_no_extension_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    package = _package(tmp_path)
+    (package / "pool.py").write_text("def broken(:\n")  # mypy cannot parse it
+    (package / f"compiled__mypyc{SUFFIX}").write_bytes(b"")  # a previous build's
+    assert not compiled.build(tmp_path)
+    assert compiled.extensions(package) == []
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "run as plain Python" in out[0]
+
+
+def test_the_checkout_s_extensions_are_fresh_and_imported_where_built() -> None:
+    compiled.check_fresh()  # what `import cache_runtime` already did
+    if any(path.name.startswith("pool.") for path in compiled.extensions()):
+        assert pool.__file__.endswith(".so")
