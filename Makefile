@@ -49,6 +49,6 @@ test: $(COMPILED)
 test-fast: $(COMPILED)
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests/unit -m "not slow and not integration"
 
-lint: $(COMPILED)
+lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

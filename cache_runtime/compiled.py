@@ -87,7 +87,10 @@ def build(root: Path = PACKAGE.parent) -> bool:
     for path in extensions(package):
         path.unlink()
     reason = (done.stderr.strip().splitlines() or ["no extension was written"])[-1]
-    print(f"cache_runtime: policies not compiled, they run as plain Python ({reason})")
+    print(
+        f"cache_runtime: policies not compiled, they run as plain Python ({reason}); "
+        "to try again, delete .venv/.preheat-compiled and run make"
+    )
     return False
 
 
