@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MODULES = ("policies", "prefix_policies", "queue_policies", "pool")
+MODULES = ("policies", "prefix_policies", "queue_policies", "pool")  # the Makefile's POLICIES
 GROUP = "cache_runtime.compiled"  # the shared library: cache_runtime/compiled__mypyc.*.so
 PACKAGE = Path(__file__).resolve().parent
 REBUILD = "run `make install` (or `.venv/bin/python cache_runtime/compiled.py`)"

@@ -4,6 +4,7 @@ nothing behind and says so in one line."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,11 @@ def test_the_checkout_s_extensions_are_fresh_and_imported_where_built() -> None:
     compiled.check_fresh()  # what `import cache_runtime` already did
     if any(path.name.startswith("pool.") for path in compiled.extensions()):
         assert pool.__file__.endswith(".so")
+
+
+def test_make_rebuilds_when_any_compiled_module_changes() -> None:
+    """The Makefile's POLICIES (what a rebuild depends on) names the modules the build compiles."""
+    makefile = (Path(compiled.PACKAGE).parent / "Makefile").read_text()
+    line = re.search(r"^POLICIES := .*,(.*)\)$", makefile, re.MULTILINE)
+    assert line is not None
+    assert line.group(1).split() == [f"{name}.py" for name in compiled.MODULES]
