@@ -20,6 +20,7 @@ imported, refuses that with the command that rebuilds.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -38,9 +39,10 @@ modules, group, temp = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
 setup(
     name="preheat-compiled-policies",
     ext_modules=mypycify(
-        ["--ignore-missing-imports", "--follow-imports=silent", *modules], group_name=group
+        ["--ignore-missing-imports", "--follow-imports=silent", *modules],
+        group_name=group, target_dir=temp,
     ),
-    script_args=["build_ext", "--inplace", "--build-temp", temp],
+    script_args=["build_ext", "--inplace", "--build-temp", temp, "--build-lib", temp],
 )
 """
 
@@ -82,7 +84,10 @@ def build(root: Path = PACKAGE.parent) -> bool:
             [sys.executable, "-c", _SETUP, sources, GROUP, temp],
             cwd=root, capture_output=True, text=True, check=False,
         )  # fmt: skip
-    if done.returncode == 0 and len(extensions(package)) == len(MODULES) + 1:
+    built = extensions(package)
+    if done.returncode == 0 and len(built) == len(MODULES) + 1:
+        for path in built:  # setuptools keeps an older time on a module's unchanged shim
+            os.utime(path)
         return True
     for path in extensions(package):
         path.unlink()

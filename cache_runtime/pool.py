@@ -244,7 +244,6 @@ class PoolPolicy(EvictionPolicy):
     def _install(self, live: EvictionPolicy) -> None:
         self._live = live
         self._hinted = self._candidates[self.leader].hinted
-        self._live_access, self._live_insert = live.on_access, live.on_insert
 
     def _start(self, capacity: int) -> None:
         self._rate = min(1.0, max(self.sample_rate, self.min_shadow / max(1, capacity)))
@@ -264,7 +263,10 @@ class PoolPolicy(EvictionPolicy):
         for i, hit in enumerate(result):
             wins[i] += hit
         self._seen += 1
-        best = max(range(len(wins)), key=wins.__getitem__)
+        best = 0  # the first of the most hits (a loop: compiled, it beats max with a key)
+        for i in range(1, len(wins)):
+            if wins[i] > wins[best]:
+                best = i
         lead_needed = self.hysteresis * max(len(window), EARLY_WINDOW)
         if wins[best] > wins[self.target] + max(1.0, lead_needed):
             self.target = best
@@ -311,7 +313,7 @@ class PoolPolicy(EvictionPolicy):
         if self._rebuild is not None:
             self._rebuild.feed(key)
         self._resident += 1
-        self._live_insert(key, now, hint if self._hinted else None)
+        self._live.on_insert(key, now, hint if self._hinted else None)
         if _spot(key) < self._threshold:
             self._sampled.add(key)
             self._observe(key, hint)
@@ -320,7 +322,7 @@ class PoolPolicy(EvictionPolicy):
         self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
-        self._live_access(key, now)
+        self._live.on_access(key, now)
         if key in self._sampled:
             self._observe(key, None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,22 @@ def test_make_rebuilds_when_any_compiled_module_changes() -> None:
     line = re.search(r"^POLICIES := .*,(.*)\)$", makefile, re.MULTILINE)
     assert line is not None
     assert line.group(1).split() == [f"{name}.py" for name in compiled.MODULES]
+
+
+@pytest.mark.slow
+def test_a_build_replaces_every_extension_with_a_fresh_one(tmp_path: Path) -> None:
+    """A real mypyc build of the four sources (skipped where no C compiler is at hand): every
+    extension and the shared library come out newer than the sources, whatever was there."""
+    package = tmp_path / "cache_runtime"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in compiled.MODULES:
+        shutil.copy(compiled.PACKAGE / f"{name}.py", package)
+        old = package / f"{name}{SUFFIX}"  # a previous build's, older than the sources
+        old.write_bytes(b"")
+        os.utime(old, (1_000, 1_000))
+    if not compiled.build(tmp_path):
+        pytest.skip("mypyc could not build here (no C compiler)")
+    assert len(compiled.extensions(package)) == len(compiled.MODULES) + 1
+    compiled.check_fresh(package)
+    assert not (tmp_path / "build").exists()  # the C sources and objects went to a temp dir
