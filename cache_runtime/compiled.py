@@ -21,9 +21,7 @@ imported, refuses that with the command that rebuilds.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 MODULES = ("policies", "prefix_policies", "queue_policies", "pool")  # the Makefile's POLICIES
@@ -75,6 +73,11 @@ def check_fresh(directory: Path = PACKAGE) -> None:
 def build(root: Path = PACKAGE.parent) -> bool:
     """Compile `MODULES` of `root`/cache_runtime in place; False (and nothing left behind, and
     one line said) where that fails."""
+    # here, not at the top: `import cache_runtime` runs `check_fresh` in every process, and
+    # these two took about 5 of its 8.7 ms there
+    import subprocess
+    import tempfile
+
     package = root / "cache_runtime"
     for path in extensions(package):
         path.unlink()
