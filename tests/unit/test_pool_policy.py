@@ -175,6 +175,47 @@ def test_lirs_hints_send_a_tail_and_an_ended_conversation_out_first() -> None:
     assert lirs.victim(lambda _: False) == 200
 
 
+def test_a_hinted_candidate_shares_its_twins_shadow_until_the_first_hint() -> None:
+    """Without hints a hinted shadow would replicate its plain twin's, so the two share one;
+    the first hint forks them. Fed the same calls (hints from the middle on), the pool of both
+    must score each exactly as a pool of either alone: a late fork, or a copy that is not
+    exact, shows up as a different count of hits."""
+    from cache_runtime.policies import Hint
+
+    both, hinted, plain = (
+        PoolPolicy(names, sample_rate=1.0, capacity=50)
+        for names in (("prefix-lirs", "lirs"), ("prefix-lirs",), ("lirs",))
+    )
+    rng = np.random.default_rng(5)
+    keys = (rng.zipf(1.3, 4000) % 300).tolist()
+    resident: set[int] = set()
+    hints_given = False
+    for step, key in enumerate(keys):
+        late = step >= len(keys) // 2
+        hint = Hint.TAIL if late and key % 3 == 0 else None
+        pools = (both, hinted, plain)
+        if key in resident:
+            for pool in pools:
+                pool.on_access(key, 0.0)
+        else:
+            if len(resident) >= 50:
+                gone = both.victim(lambda _: False)
+                for pool in pools:
+                    pool.on_remove(gone)  # type: ignore[arg-type]
+                resident.discard(gone)  # type: ignore[arg-type]
+            for pool in pools:
+                pool.on_insert(key, 0.0, hint)
+            resident.add(key)
+            hints_given |= hint is not None
+        if late and key % 7 == 0:
+            for pool in pools:
+                pool.on_cold(key)
+            hints_given = True
+        assert len(both._shadows or ()) == (2 if hints_given else 1)
+        assert both._wins == hinted._wins + plain._wins, step
+    assert hinted._wins != plain._wins  # the hints changed what the hinted shadow hit
+
+
 def test_hysteresis_keeps_a_tie_from_flapping() -> None:
     rng = np.random.default_rng(1)
     accesses = rng.integers(0, 3 * C, 40_000)  # uniform: every policy hits about 1/3

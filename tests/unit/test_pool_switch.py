@@ -38,6 +38,28 @@ def test_a_new_leader_starts_from_the_state_it_would_have_had() -> None:
     assert {key for key, _ in pool.ranked()} == set(hot + warm)
 
 
+def test_a_small_cache_takes_its_new_leader_as_a_copy_of_the_shadow() -> None:
+    """Where every key is sampled (a cache of at most `min_shadow` entries), the new leader's
+    shadow is a full-size replica over the whole trace: the switch copies it in one eviction,
+    with no history to replay, and the copy then lives apart from the shadow."""
+    small = 100  # under the default min_shadow of 128: every key sampled
+    pool = PoolPolicy(("lru", "mq"), capacity=small)
+    hot, warm = list(range(small // 2)), list(range(small // 2, small))
+    for key in hot + warm:
+        pool.on_insert(key, 0.0, None)
+    for key in hot * 5 + warm:
+        pool.on_access(key, 0.0)
+    assert pool.effective_rate == 1.0
+
+    pool.target = pool.pool.index("mq")
+    gone = pool.victim(lambda _: False)
+
+    shadow = pool._shadows[pool._slots[pool.target]]  # type: ignore[index]
+    assert pool.leader_name == "mq" and pool._rebuild is None and gone in warm
+    assert pool._live is not shadow.policy
+    assert [key for key, _ in pool.ranked()] == [key for key, _ in shadow.policy.ranked()]
+
+
 def test_a_switch_between_twins_keeps_the_state() -> None:
     pool = PoolPolicy(("prefix-arc", "arc"), capacity=C)
     for key in range(C):
