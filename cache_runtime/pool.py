@@ -160,7 +160,7 @@ class _Shadow:
         if self.hinted and key in self.resident:
             self.policy.on_cold(key)
 
-    def copy(self, hinted: bool) -> _Shadow:
+    def replica(self, hinted: bool) -> _Shadow:
         """An exact copy of this shadow, given the hints from now on or not."""
         twin = _Shadow(copy.deepcopy(self.policy), self.capacity, hinted)
         twin.resident = set(self.resident)
@@ -296,7 +296,7 @@ class PoolPolicy(EvictionPolicy):
             shared = shadows[self._slots[i]]
             if candidate.hinted and not shared.hinted:
                 self._slots[i] = len(shadows)
-                shadows.append(shared.copy(True))
+                shadows.append(shared.replica(True))
 
     def _observe(self, key: Key, hint: str | None) -> None:
         if hint is not None and not self._forked:
@@ -338,7 +338,7 @@ class PoolPolicy(EvictionPolicy):
             return
         if self._rate == 1.0:  # its shadow is a full-size replica: take a copy of it
             shadow = self._shadows[self._slots[self.target]]  # type: ignore[index]
-            self._take_lead(self._reconciled(shadow.copy(shadow.hinted)))
+            self._take_lead(self._reconciled(shadow.replica(shadow.hinted)))
             return
         rebuild = self._rebuild
         if rebuild is None or rebuild.candidate.make is not target.make:
