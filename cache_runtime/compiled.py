@@ -24,7 +24,13 @@ import os
 import sys
 from pathlib import Path
 
-MODULES = ("policies", "prefix_policies", "queue_policies", "pool")  # the Makefile's POLICIES
+MODULES = (
+    "policies",
+    "prefix_policies",
+    "queue_policies",
+    "shadows",
+    "pool",
+)  # the Makefile's POLICIES
 GROUP = "cache_runtime.compiled"  # the shared library: cache_runtime/compiled__mypyc.*.so
 PACKAGE = Path(__file__).resolve().parent
 REBUILD = "run `make install` (or `.venv/bin/python cache_runtime/compiled.py`)"

@@ -31,7 +31,7 @@ done in the eviction that finds it. Over the 44 cells (2026-12-05), against the 
 worst ratio 0.871 -> 0.879, the summed margin -0.058 -> -0.061, the same 17 cells short; sprite,
 whose 71-entry cache switched 33 times, replayed 183,000 -> 295,000 accesses/s.
 
-Elsewhere the rebuild is spread over evictions (`_Rebuild`): each `victim` call replays
+Elsewhere the rebuild is spread over evictions (`shadows.Rebuild`): each `victim` call replays
 `REBUILD_STEP` accesses of the history plus those that came since the previous call, and the
 old leader keeps evicting until the rebuild has caught up. A switch runs on the serving path,
 under the memory tier's lock: done at once, the replay of 65,536 accesses held that lock for
@@ -52,8 +52,6 @@ every key sampled: 160,000 -> 216,000).
 
 from __future__ import annotations
 
-import copy
-import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -63,6 +61,7 @@ from mypy_extensions import mypyc_attr
 from cache_runtime.policies import EvictionPolicy, Key, LRUPolicy
 from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
+from cache_runtime.shadows import SPOT_BITS, Rebuild, Shadow, spot
 
 if TYPE_CHECKING:
     from cache_runtime.settings import PolicySettings
@@ -105,95 +104,10 @@ DEFAULT_MIN_SHADOW = 128  # entries per shadow at least: the rate rises for smal
 # -0.053 to -0.059). A switch runs inside `victim`, on the serving path: replaying 65,536
 # accesses at once took 17-177 ms (caches of 71 to 8,785 entries, 2026-12-05): `REBUILD_STEP`.
 MAX_HISTORY = 1 << 16
-# history accesses a rebuild replays per eviction, on top of the accesses since the previous
-# one (so it always gains): a switch completes within MAX_HISTORY / REBUILD_STEP evictions, and
-# no `victim` call replays more than this plus the hits before it
-REBUILD_STEP = 1024
 # the hysteresis counts at least this many sampled accesses: early on, a challenger needs
 # about 5 hits of lead, not 1 (over the shipped traces: cells more than 0.003 below the best
 # libCacheSim policy 18 -> 16 of 44; sprite 5-20% lost its early detours to MQ)
 EARLY_WINDOW = 1024
-
-_SPOT_BITS = 24
-_MASK64 = (1 << 64) - 1
-
-
-def _spot(key: object) -> int:
-    """Where a key falls in [0, 2**24), the same in every process. Ints are mixed by a
-    Fibonacci multiply (block numbers are often strided: `key % n` would sample one stride);
-    strings by CRC-32. Rejected: Python's `hash`, salted per process for strings — replays of
-    one trace then differed by ~2% of hits from run to run."""
-    if isinstance(key, int):
-        return ((key * 0x9E3779B97F4A7C15) & _MASK64) >> (64 - _SPOT_BITS)
-    return zlib.crc32(str(key).encode()) >> (32 - _SPOT_BITS)
-
-
-def _never(_: object) -> bool:
-    return False
-
-
-class _Shadow:
-    """A small simulated cache of one candidate over the sampled keys."""
-
-    __slots__ = ("capacity", "hinted", "policy", "resident")
-
-    def __init__(self, policy: EvictionPolicy, capacity: int, hinted: bool) -> None:
-        self.policy = policy
-        self.capacity = max(1, capacity)
-        self.resident: set[object] = set()
-        self.hinted = hinted
-
-    def access(self, key: Key, hint: str | None) -> bool:
-        if key in self.resident:
-            self.policy.on_access(key, 0.0)
-            return True
-        if len(self.resident) >= self.capacity:
-            gone = self.policy.victim(_never)  # never None: nothing is kept
-            if gone is not None:
-                self.policy.on_remove(gone)
-                self.resident.discard(gone)
-        self.policy.on_insert(key, 0.0, hint if self.hinted else None)
-        self.resident.add(key)
-        return False
-
-    def cool(self, key: Key) -> None:
-        if self.hinted and key in self.resident:
-            self.policy.on_cold(key)
-
-    def replica(self, hinted: bool) -> _Shadow:
-        """An exact copy of this shadow, given the hints from now on or not."""
-        twin = _Shadow(copy.deepcopy(self.policy), self.capacity, hinted)
-        twin.resident = set(self.resident)
-        return twin
-
-
-class _Rebuild:
-    """A new leader's state in the making: a full-size, hint-free simulated cache replaying the
-    history, then the accesses that arrive while it replays (see the module docstring)."""
-
-    __slots__ = ("candidate", "fresh", "pending", "shadow")
-
-    def __init__(self, candidate: Candidate, capacity: int, history: deque[Key]) -> None:
-        self.candidate = candidate
-        self.shadow = _Shadow(candidate.make(), capacity, False)
-        self.pending = deque(history)
-        self.fresh = 0  # accesses fed since the last `advance`
-
-    def feed(self, key: Key) -> None:
-        self.pending.append(key)
-        self.fresh += 1
-
-    def feed_many(self, keys: Sequence[Key]) -> None:
-        self.pending.extend(keys)
-        self.fresh += len(keys)
-
-    def advance(self) -> bool:
-        """Replay the next slice; True once nothing is left to replay."""
-        access, take = self.shadow.access, self.pending.popleft
-        for _ in range(min(len(self.pending), REBUILD_STEP + self.fresh)):
-            access(take(), None)
-        self.fresh = 0
-        return not self.pending
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -226,17 +140,17 @@ class PoolPolicy(EvictionPolicy):
         self.sample_rate, self.min_shadow, self.hysteresis = sample_rate, min_shadow, hysteresis
         self._window: deque[int] = deque(maxlen=window)  # bit i: candidate i's shadow hit
         self._wins = [0] * len(self.pool)
-        self._shadows: list[_Shadow] | None = None  # one per distinct state (`_fork`)
+        self._shadows: list[Shadow] | None = None  # one per distinct state (`_fork`)
         self._slots: list[int] = []  # each candidate's shadow in `_shadows`
         self._forked = False  # a hint has reached the shadows: hinted twins have their own
-        self._threshold = -1  # sampled: _spot(key) < threshold; none before the duel starts
+        self._threshold = -1  # sampled: spot(key) < threshold; none before the duel starts
         self._sampled: set[object] = set()  # resident keys that are sampled
         self._resident = 0
         self.leader = self.target = 0
         self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
         self._seen = 0
         self._history: deque[Key] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
-        self._rebuild: _Rebuild | None = None  # while a switch is under way
+        self._rebuild: Rebuild | None = None  # while a switch is under way
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -267,16 +181,16 @@ class PoolPolicy(EvictionPolicy):
 
     def _start(self, capacity: int) -> None:
         self._rate = min(1.0, max(self.sample_rate, self.min_shadow / max(1, capacity)))
-        self._threshold = round(self._rate * (1 << _SPOT_BITS))
+        self._threshold = round(self._rate * (1 << SPOT_BITS))
         size = round(self._rate * capacity)
         twins = [self._plain_twin(i) for i in range(len(self.pool))]
         own = [i for i, twin in enumerate(twins) if twin is None]
         self._shadows = [
-            _Shadow(self._candidates[i].make(), size, self._candidates[i].hinted) for i in own
+            Shadow(self._candidates[i].make(), size, self._candidates[i].hinted) for i in own
         ]
         self._slots = [own.index(i if twin is None else twin) for i, twin in enumerate(twins)]
         threshold = self._threshold
-        self._sampled = {key for key, _ in self._live.ranked() if _spot(key) < threshold}
+        self._sampled = {key for key, _ in self._live.ranked() if spot(key) < threshold}
 
     def _plain_twin(self, i: int) -> int | None:
         """The plain candidate whose shadow candidate `i` shares while no hint has come."""
@@ -341,13 +255,13 @@ class PoolPolicy(EvictionPolicy):
             self._take_lead(self._reconciled(shadow.replica(shadow.hinted)))
             return
         rebuild = self._rebuild
-        if rebuild is None or rebuild.candidate.make is not target.make:
-            rebuild = self._rebuild = _Rebuild(target, self._resident, self._history)
+        if rebuild is None or rebuild.make is not target.make:
+            rebuild = self._rebuild = Rebuild(target.make, self._resident, self._history)
         if rebuild.advance():
             self._rebuild = None
             self._take_lead(self._reconciled(rebuild.shadow))
 
-    def _reconciled(self, rebuilt: _Shadow) -> EvictionPolicy:
+    def _reconciled(self, rebuilt: Shadow) -> EvictionPolicy:
         """The rebuilt policy made to agree with what is really resident: keys it would hold
         that are gone become its ghosts, keys the old leader kept that it would not are inserted
         cold (evicted first)."""
@@ -374,7 +288,7 @@ class PoolPolicy(EvictionPolicy):
             self._rebuild.feed(key)
         self._resident += 1
         self._live.on_insert(key, now, hint if self._hinted else None)
-        if _spot(key) < self._threshold:
+        if spot(key) < self._threshold:
             self._sampled.add(key)
             self._observe(key, hint)
 

@@ -12,10 +12,23 @@ from pathlib import Path
 
 import numpy as np
 
-from cache_runtime.pool import MAX_HISTORY, REBUILD_STEP, PoolPolicy
+from cache_runtime.pool import MAX_HISTORY, PoolPolicy
 from cache_runtime.queue_policies import S3FIFOPolicy
+from cache_runtime.shadows import REBUILD_STEP
 
 C = 200
+
+
+def _lru_leading_hot_and_warm(size: int) -> tuple[PoolPolicy, list[int], list[int]]:
+    """LRU leading a full cache of `size` entries: half of them read six times, half twice."""
+    pool = PoolPolicy(("lru", "mq"), capacity=size)
+    hot, warm = list(range(size // 2)), list(range(size // 2, size))
+    for key in hot + warm:
+        pool.on_insert(key, 0.0, None)
+    for key in hot * 5 + warm:
+        pool.on_access(key, 0.0)
+    assert pool.ranked()[0][0] in hot  # LRU's next victim
+    return pool, hot, warm
 
 
 def test_a_new_leader_starts_from_the_state_it_would_have_had() -> None:
@@ -23,13 +36,7 @@ def test_a_new_leader_starts_from_the_state_it_would_have_had() -> None:
     were read six times and evicts one read twice. Handed the keys in LRU's order with a
     "reused" mark (the earlier handoff), every key had the same count and the hot key that
     LRU would evict first went."""
-    pool = PoolPolicy(("lru", "mq"), capacity=C)
-    hot, warm = list(range(C // 2)), list(range(C // 2, C))
-    for key in hot + warm:
-        pool.on_insert(key, 0.0, None)
-    for key in hot * 5 + warm:
-        pool.on_access(key, 0.0)
-    assert pool.ranked()[0][0] in hot  # LRU's next victim
+    pool, hot, warm = _lru_leading_hot_and_warm(C)
 
     pool.target = pool.pool.index("mq")  # as the shadows would, once MQ leads them
     gone = pool.victim(lambda _: False)
@@ -42,13 +49,7 @@ def test_a_small_cache_takes_its_new_leader_as_a_copy_of_the_shadow() -> None:
     """Where every key is sampled (a cache of at most `min_shadow` entries), the new leader's
     shadow is a full-size replica over the whole trace: the switch copies it in one eviction,
     with no history to replay, and the copy then lives apart from the shadow."""
-    small = 100  # under the default min_shadow of 128: every key sampled
-    pool = PoolPolicy(("lru", "mq"), capacity=small)
-    hot, warm = list(range(small // 2)), list(range(small // 2, small))
-    for key in hot + warm:
-        pool.on_insert(key, 0.0, None)
-    for key in hot * 5 + warm:
-        pool.on_access(key, 0.0)
+    pool, _, warm = _lru_leading_hot_and_warm(100)  # under min_shadow (128): all sampled
     assert pool.effective_rate == 1.0
 
     pool.target = pool.pool.index("mq")

@@ -1,0 +1,102 @@
+"""The pool's simulated caches (`pool.PoolPolicy`): a shadow, one candidate replaying the
+sampled keys, and the rebuild of a new leader, a full-size shadow replaying the cache's history a
+slice per eviction. Apart from the selector, so that each module stays small; compiled with it
+(`compiled.MODULES`).
+"""
+
+from __future__ import annotations
+
+import copy
+import zlib
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from cache_runtime.policies import EvictionPolicy, Key
+
+# history accesses a rebuild replays per eviction, on top of the accesses since the previous
+# one (so it always gains): a switch completes within `pool.MAX_HISTORY` / REBUILD_STEP evictions,
+# and no `victim` call replays more than this plus the hits before it
+REBUILD_STEP = 1024
+
+SPOT_BITS = 24
+_MASK64 = (1 << 64) - 1
+
+
+def spot(key: object) -> int:
+    """Where a key falls in [0, 2**24), the same in every process. Ints are mixed by a
+    Fibonacci multiply (block numbers are often strided: `key % n` would sample one stride);
+    strings by CRC-32. Rejected: Python's `hash`, salted per process for strings — replays of
+    one trace then differed by ~2% of hits from run to run."""
+    if isinstance(key, int):
+        return ((key * 0x9E3779B97F4A7C15) & _MASK64) >> (64 - SPOT_BITS)
+    return zlib.crc32(str(key).encode()) >> (32 - SPOT_BITS)
+
+
+def _never(_: object) -> bool:
+    return False
+
+
+class Shadow:
+    """A small simulated cache of one candidate over the sampled keys."""
+
+    __slots__ = ("capacity", "hinted", "policy", "resident")
+
+    def __init__(self, policy: EvictionPolicy, capacity: int, hinted: bool) -> None:
+        self.policy = policy
+        self.capacity = max(1, capacity)
+        self.resident: set[object] = set()
+        self.hinted = hinted
+
+    def access(self, key: Key, hint: str | None) -> bool:
+        if key in self.resident:
+            self.policy.on_access(key, 0.0)
+            return True
+        if len(self.resident) >= self.capacity:
+            gone = self.policy.victim(_never)  # never None: nothing is kept
+            if gone is not None:
+                self.policy.on_remove(gone)
+                self.resident.discard(gone)
+        self.policy.on_insert(key, 0.0, hint if self.hinted else None)
+        self.resident.add(key)
+        return False
+
+    def cool(self, key: Key) -> None:
+        if self.hinted and key in self.resident:
+            self.policy.on_cold(key)
+
+    def replica(self, hinted: bool) -> Shadow:
+        """An exact copy of this shadow, given the hints from now on or not."""
+        twin = Shadow(copy.deepcopy(self.policy), self.capacity, hinted)
+        twin.resident = set(self.resident)
+        return twin
+
+
+class Rebuild:
+    """A new leader's state in the making: a full-size, hint-free simulated cache replaying the
+    history, then the accesses that arrive while it replays (see `pool`'s docstring)."""
+
+    __slots__ = ("fresh", "make", "pending", "shadow")
+
+    def __init__(
+        self, make: Callable[[], EvictionPolicy], capacity: int, history: deque[Key]
+    ) -> None:
+        self.make = make  # the candidate's
+        self.shadow = Shadow(make(), capacity, False)
+        self.pending = deque(history)
+        self.fresh = 0  # accesses fed since the last `advance`
+
+    def feed(self, key: Key) -> None:
+        self.pending.append(key)
+        self.fresh += 1
+
+    def feed_many(self, keys: Sequence[Key]) -> None:
+        self.pending.extend(keys)
+        self.fresh += len(keys)
+
+    def advance(self) -> bool:
+        """Replay the next slice; True once nothing is left to replay."""
+        access, take = self.shadow.access, self.pending.popleft
+        for _ in range(min(len(self.pending), REBUILD_STEP + self.fresh)):
+            access(take(), None)
+        self.fresh = 0
+        return not self.pending
