@@ -28,8 +28,9 @@ history and one pass over the cache, and hysteresis keeps switches rare.
 Where every key is sampled (caches of at most `min_shadow` entries), the new leader's shadow is
 itself a full-size replay of the whole trace, so a switch takes a copy of it instead: no replay,
 done in the eviction that finds it. Over the 44 cells (2026-12-05), against the replay: the
-worst ratio 0.871 -> 0.879, the summed margin -0.058 -> -0.061, the same 17 cells short; sprite,
-whose 71-entry cache switched 33 times, replayed 183,000 -> 295,000 accesses/s.
+worst ratio 0.871 -> 0.879, the summed margin -0.058 -> -0.061, the same 17 cells short; at the
+sizes the command does not measure (2, 3, 7, 15%: 40 cells) +0.0014 summed. Sprite, whose
+71-entry cache switched 33 times, replayed 183,000 -> 295,000 accesses/s.
 
 Elsewhere the rebuild is spread over evictions (`shadows.Rebuild`): each `victim` call replays
 `REBUILD_STEP` accesses of the history plus those that came since the previous call, and the
@@ -245,8 +246,9 @@ class PoolPolicy(EvictionPolicy):
 
     def _switch(self) -> None:
         """Move the lead toward the target: between a hinted candidate and its plain twin, the
-        same object from now on with or without the hints; else one more slice of the rebuild
-        (see the module docstring), handed over once it has caught up."""
+        same object from now on with or without the hints; where every key is sampled, a copy
+        of the target's shadow; else one more slice of the rebuild (see the module docstring),
+        handed over once it has caught up."""
         target = self._candidates[self.target]
         if target.make is self._candidates[self.leader].make:  # its state stays right
             self._rebuild = None
