@@ -207,8 +207,10 @@ class PoolPolicy(EvictionPolicy):
 
     def _fork(self) -> None:
         """The first hint: each hinted candidate sharing its twin's shadow gets a copy of it."""
+        shadows = self._shadows
+        if shadows is None:  # no shadows yet: they start shared when the cache fills
+            return
         self._forked = True
-        shadows = self._shadows or []
         for i, candidate in enumerate(self._candidates):
             shared = shadows[self._slots[i]]
             if candidate.hinted and not shared.hinted:
