@@ -220,7 +220,7 @@ class PoolPolicy(EvictionPolicy):
     def _observe(self, key: Key, hint: str | None) -> None:
         if hint is not None and not self._forked:
             self._fork()
-        # bit masks, not tuples of bools: nothing to allocate per access (cs: 1.06x)
+        # bit masks, not tuples of bools: nothing to allocate per access (cs: 1.07x)
         shadows, slots, wins = self._shadows or [], self._slots, self._wins
         hit = 0  # bit j: shadow j hit
         for j in range(len(shadows)):
