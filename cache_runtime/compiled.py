@@ -3,10 +3,11 @@
 Why: the pool replays every sampled access through nine shadow policies, and below 128 entries
 it samples every key, so the policies' Python method calls bound the replay (issue 21's goal is
 200,000 accesses/s with the shadows running; pure Python reached 53,000 on the cs trace).
-Compiled by mypyc, the same four modules replay the 44 cells of `benchmarks/robustness.py` 2.3 to
-2.9x faster with the same hits in every cell (2026-12-05). mypyc rather than Cython or a C
-rewrite: it compiles the typed Python as it is, so the memory tier and the simulator keep
-running one source (ADR 0002), and the plain modules stay the reference where it is not built.
+Compiled by mypyc, the same modules (`MODULES`) replay the 44 cells of
+`benchmarks/robustness.py` 2.3 to 2.9x faster with the same hits in every cell (2026-12-05).
+mypyc rather than Cython or a C rewrite: it compiles the typed Python as it is, so the memory
+tier and the simulator keep running one source (ADR 0002), and the plain modules stay the
+reference where it is not built.
 
 `make` runs this file after installing (`.venv/bin/python cache_runtime/compiled.py`, from the
 repository root). It builds `MODULES` in place: an extension beside each source and the group's
