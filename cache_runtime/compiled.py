@@ -30,6 +30,7 @@ MODULES = (
     "prefix_policies",
     "queue_policies",
     "shadows",
+    "handover",
     "pool",
 )  # the Makefile's POLICIES
 GROUP = "cache_runtime.compiled"  # the shared library: cache_runtime/compiled__mypyc.*.so

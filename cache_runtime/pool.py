@@ -11,9 +11,10 @@ Only the leader keeps state for the real cache. A switch rebuilds the new leader
 the cache's last `MAX_HISTORY` accesses through it in a simulated cache of the same size, then
 reconciles with what is really resident: keys it would hold that are gone become its ghosts
 (`EvictionPolicy.on_lost`: when one returns, it goes where the new leader would have kept it),
-keys the old leader kept that it would not are inserted cold (evicted first). A real cache cannot
-take a shadow's contents, so a switch pays until the new leader has refilled the cache; the
-ghosts make that refill one reuse per key. Over the 44 cells of `benchmarks/robustness.py`
+resident keys it does not know stay with the old leader, which evicts them first
+(`handover.Handover`, with its figures). A real cache cannot take a shadow's contents, so a
+switch pays until the new leader has refilled the cache; the ghosts make that refill one reuse
+per key. Over the 44 cells of `benchmarks/robustness.py`
 (2026-12-05) the summed margin to the best libCacheSim policy went from -0.130 (8 accesses per
 entry, gone keys forgotten) to -0.059, the worst ratio from 0.63 to 0.88 (cs 5%: S3-FIFO's main
 queue, frozen on a loop larger than the cache, was never rebuilt). Either half alone was worse
@@ -23,7 +24,7 @@ handoff): LIRS taking over on gli at 20% then hit 0.128 where LIRS alone hits 0.
 Rejected: keeping every candidate's metadata for the real cache (set dueling, as the previous
 two-member `DuelingPolicy` did): with eight candidates every miss costs eight inserts and
 removals, and the replay fell to a sixth of LRU's speed; a switch costs one replay of the
-history and one pass over the cache, and hysteresis keeps switches rare.
+history and one pass over what the new leader knows, and hysteresis keeps switches rare.
 
 Where every key is sampled (caches of at most `min_shadow` entries), the new leader's shadow is
 itself a full-size replay of the whole trace, so a switch takes a copy of it instead: no replay,
@@ -61,6 +62,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from mypy_extensions import mypyc_attr
 
+from cache_runtime.handover import Handover
 from cache_runtime.policies import EvictionPolicy, Key, LRUPolicy
 from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
@@ -148,7 +150,7 @@ class PoolPolicy(EvictionPolicy):
         self._forked = False  # a hint has reached the shadows: hinted twins have their own
         self._threshold = -1  # sampled: spot(key) < threshold; none before the duel starts
         self._sampled: set[object] = set()  # resident keys that are sampled
-        self._resident = 0
+        self._keys: set[Key] = set()  # resident keys: what a switch hands over (`Handover`)
         self.leader = self.target = 0
         self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
         self._seen = 0
@@ -193,7 +195,7 @@ class PoolPolicy(EvictionPolicy):
         ]
         self._slots = [own.index(i if twin is None else twin) for i, twin in enumerate(twins)]
         threshold = self._threshold
-        self._sampled = {key for key, _ in self._live.ranked() if spot(key) < threshold}
+        self._sampled = {key for key in self._keys if spot(key) < threshold}
 
     def _plain_twin(self, i: int) -> int | None:
         """The plain candidate whose shadow candidate `i` shares while no hint has come."""
@@ -258,30 +260,26 @@ class PoolPolicy(EvictionPolicy):
             return
         if self._rate == 1.0:  # its shadow is a full-size replica: take a copy of it
             shadow = self._shadows[self._slots[self.target]]  # type: ignore[index]
-            self._take_lead(self._reconciled(shadow.replica(shadow.hinted)))
+            self._take_lead(self._handed_over(shadow.replica(shadow.hinted)))
             return
         rebuild = self._rebuild
         if rebuild is None or rebuild.make is not target.make:
-            rebuild = self._rebuild = Rebuild(target.make, self._resident, self._history)
+            rebuild = self._rebuild = Rebuild(target.make, len(self._keys), self._history)
         if rebuild.advance():
             self._rebuild = None
-            self._take_lead(self._reconciled(rebuild.shadow))
+            self._take_lead(self._handed_over(rebuild.shadow))
 
-    def _reconciled(self, rebuilt: Shadow) -> EvictionPolicy:
+    def _handed_over(self, rebuilt: Shadow) -> EvictionPolicy:
         """The rebuilt policy made to agree with what is really resident: keys it would hold
-        that are gone become its ghosts, keys the old leader kept that it would not are inserted
-        cold (evicted first)."""
-        ranked = self._live.ranked()
-        resident = {key for key, _ in ranked}
-        live, simulated = rebuilt.policy, rebuilt.resident
-        for key, _ in live.ranked():  # in the policy's order, not a set's (hash-seeded) one
+        that are gone become its ghosts; those it holds that are resident leave the old leader,
+        which keeps the rest and evicts them first (`Handover`). One pass over what the rebuilt
+        policy holds, none over the cache."""
+        leader, old, resident = rebuilt.policy, self._live, self._keys
+        for key, _ in leader.ranked():  # in the policy's order, not a set's (hash-seeded) one
             if key not in resident:
-                live.on_lost(key)
-        for key, _ in ranked:
-            if key not in simulated:
-                live.on_insert(key, 0.0, None)
-                live.on_cold(key)
-        return live
+                leader.on_lost(key)
+        legacy = resident - rebuilt.resident
+        return Handover(leader, old, legacy) if legacy else leader
 
     def _take_lead(self, live: EvictionPolicy) -> None:
         self.leader = self.target
@@ -292,7 +290,7 @@ class PoolPolicy(EvictionPolicy):
         self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
-        self._resident += 1
+        self._keys.add(key)
         self._live.on_insert(key, now, hint if self._hinted else None)
         if spot(key) < self._threshold:
             self._sampled.add(key)
@@ -317,7 +315,7 @@ class PoolPolicy(EvictionPolicy):
             self._observe(key, None)
 
     def on_remove(self, key: Key) -> None:
-        self._resident -= 1
+        self._keys.discard(key)
         self._sampled.discard(key)
         self._live.on_remove(key)
 
@@ -332,7 +330,10 @@ class PoolPolicy(EvictionPolicy):
 
     def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         if self._shadows is None:  # the cache just filled: its size in entries is known now
-            self._start(self._resident)
+            self._start(len(self._keys))
+        live = self._live
+        if isinstance(live, Handover) and not live.legacy:  # the old leader's keys are gone
+            self._install(live.leader)
         if self.target != self.leader:
             self._switch()
         elif self._rebuild is not None:  # the old leader won back its lead: drop the rebuild

@@ -1,0 +1,111 @@
+"""A new leader taking over a cache it did not fill: the keys it does not know stay with the old
+leader, which evicts them first in its own order (`cache_runtime.handover`)."""
+
+from __future__ import annotations
+
+from cache_runtime.handover import Handover
+from cache_runtime.policies import EvictionPolicy, LRUPolicy
+from cache_runtime.pool import PoolPolicy
+from cache_runtime.queue_policies import MQPolicy
+
+
+def _lru(keys: list[int], reads: list[int]) -> LRUPolicy:
+    lru = LRUPolicy()
+    for key in keys:
+        lru.on_insert(key, 0.0, None)
+    for key in reads:
+        lru.on_access(key, 0.0)
+    return lru
+
+
+def _evict(policy: EvictionPolicy, n: int) -> list[int]:
+    gone = []
+    for _ in range(n):
+        key = policy.victim(lambda _: False)
+        assert key is not None
+        policy.on_remove(key)
+        gone.append(int(key))
+    return gone
+
+
+def _handover() -> tuple[Handover, LRUPolicy]:
+    """The old LRU holds 0-9, of which 3 and 1 were read last; the new leader knows 5-9."""
+    old = _lru(list(range(10)), [3, 1])
+    leader = _lru([5, 6, 7, 8, 9], [])
+    return Handover(leader, old, {0, 1, 2, 3, 4}), leader
+
+
+def test_the_keys_the_new_leader_does_not_know_go_first_in_the_old_leaders_order() -> None:
+    """Inserted cold into the new leader one by one (the previous switch), the key the old
+    leader protected most went first: 1, 3, 4, 2, 0."""
+    handover, leader = _handover()
+    assert _evict(handover, 5) == [0, 2, 4, 3, 1]
+    assert not handover.legacy
+    assert _evict(handover, 5) == [5, 6, 7, 8, 9]  # then the new leader's own order
+    assert leader.ranked() == []
+
+
+def test_a_hit_on_an_old_key_hands_it_to_the_new_leader_as_reused() -> None:
+    handover, leader = _handover()
+    handover.on_access(2, 0.0)
+    assert handover.legacy == {0, 1, 3, 4}
+    assert [key for key, _ in leader.ranked()] == [5, 6, 7, 8, 9, 2]
+    assert _evict(handover, 4) == [0, 4, 3, 1]
+
+    mq = MQPolicy()  # a frequency leader counts the handed-over key as read twice
+    frequency = Handover(mq, _lru([0, 1], []), {0, 1})
+    frequency.on_access(0, 0.0)
+    assert (0, True) in mq.ranked()
+
+
+def test_bulk_hits_leave_the_same_state_as_hits_one_by_one() -> None:
+    one_by_one, _ = _handover()
+    bulk, _ = _handover()
+    reads = [7, 2, 7, 4, 9, 2]
+    for key in reads:
+        one_by_one.on_access(key, 0.0)
+    bulk.on_access_many(reads)
+    assert bulk.ranked() == one_by_one.ranked()
+    assert bulk.legacy == one_by_one.legacy == {0, 1, 3}
+
+
+def test_a_removed_or_protected_old_key_is_skipped() -> None:
+    handover, _ = _handover()
+    handover.on_remove(0)  # deleted by the application
+    assert handover.victim(lambda key: key in (2, 4, 3, 1)) == 5  # all old keys protected
+    assert _evict(handover, 3) == [2, 4, 3]
+    assert [key for key, _ in handover.ranked()] == [1, 5, 6, 7, 8, 9]
+
+
+def test_a_switch_before_the_previous_one_drained_keeps_both_orders() -> None:
+    """The old leader may itself be a handover: its own old keys still go first."""
+    inner, _ = _handover()
+    outer_leader = _lru([6, 8], [])
+    outer = Handover(outer_leader, inner, {0, 1, 2, 3, 4, 5, 7, 9})
+    assert _evict(outer, 8) == [0, 2, 4, 3, 1, 5, 7, 9]
+    assert _evict(outer, 2) == [6, 8]
+
+
+def test_the_pool_hands_over_the_keys_its_history_does_not_cover() -> None:
+    """Half the cache was inserted before the last MAX_HISTORY accesses, which read only the
+    other half: the rebuilt MQ knows the other half, LRU keeps the first and evicts it first,
+    and once it is gone the pool runs MQ alone."""
+    pool = PoolPolicy(("lru", "mq"), capacity=200)
+    old, read = list(range(100)), list(range(100, 200))
+    for key in old + read:
+        pool.on_insert(key, 0.0, None)
+    for _ in range(700):
+        pool.on_access_many(read)  # 70,000 hits: the inserts of `old` leave the history
+    pool.target = pool.pool.index("mq")
+    gone = []
+    while pool.leader_name == "lru" or len(gone) < 100:
+        key = pool.victim(lambda _: False)
+        assert key is not None
+        pool.on_remove(key)
+        gone.append(key)
+        pool.on_insert(f"new-{len(gone)}", 0.0, None)
+    live = pool._live
+    assert isinstance(live, Handover) and not live.legacy
+    assert sorted(gone) == old and not set(gone) & set(read)
+    pool.victim(lambda _: False)  # drained: the pool drops the old leader
+    assert isinstance(pool._live, MQPolicy)
