@@ -97,6 +97,6 @@ class Handover(EvictionPolicy):
             old.on_remove(key)  # the new leader holds it: drop it from the old one, now
         return self.leader.victim(keep)
 
-    def ranked(self) -> list[tuple[Key, bool]]:
+    def ranked(self) -> list[Key]:
         legacy = self.legacy
-        return [kr for kr in self.old.ranked() if kr[0] in legacy] + self.leader.ranked()
+        return [key for key in self.old.ranked() if key in legacy] + self.leader.ranked()

@@ -77,10 +77,10 @@ class EvictionPolicy:
         """The entry to evict next, skipping those `keep` protects; None if all are protected."""
         raise NotImplementedError
 
-    def ranked(self) -> list[tuple[Key, bool]]:
-        """Every cached key, about the order this policy would evict them in, each with
-        whether the policy has seen it reused: what a switch of policy (`PoolPolicy`) hands
-        over to the next one. Only the pool's candidates need it."""
+    def ranked(self) -> list[Key]:
+        """Every cached key, about in the order this policy would evict them: the order in
+        which a switch of policy (`PoolPolicy`) gives the new leader its ghosts, the same in
+        every process. Only the pool's candidates need it."""
         raise NotImplementedError
 
 
@@ -114,8 +114,8 @@ class LRUPolicy(EvictionPolicy):
     def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         return next((key for key in self._order if not keep(key)), None)
 
-    def ranked(self) -> list[tuple[Key, bool]]:
-        return [(key, False) for key in self._order]
+    def ranked(self) -> list[Key]:
+        return list(self._order)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -275,7 +275,7 @@ class PoolPolicy(EvictionPolicy):
         which keeps the rest and evicts them first (`Handover`). One pass over what the rebuilt
         policy holds, none over the cache."""
         leader, old, resident = rebuilt.policy, self._live, self._keys
-        for key, _ in leader.ranked():  # in the policy's order, not a set's (hash-seeded) one
+        for key in leader.ranked():  # in the policy's order, not a set's (hash-seeded) one
             if key not in resident:
                 leader.on_lost(key)
         legacy = resident - rebuilt.resident
@@ -340,5 +340,5 @@ class PoolPolicy(EvictionPolicy):
             self._rebuild = None
         return self._live.victim(keep)
 
-    def ranked(self) -> list[tuple[Key, bool]]:
+    def ranked(self) -> list[Key]:
         return self._live.ranked()

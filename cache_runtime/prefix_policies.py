@@ -88,8 +88,8 @@ class PrefixSLRU(EvictionPolicy):
                 return found
         return None
 
-    def ranked(self) -> list[tuple[Key, bool]]:
-        return [(k, False) for k in self._probation] + [(k, True) for k in self._protected]
+    def ranked(self) -> list[Key]:
+        return [*self._probation, *self._protected]
 
     def _rebalance(self) -> None:
         entries = self._capacity or len(self._probation) + len(self._protected)
@@ -183,8 +183,8 @@ class PrefixARC(EvictionPolicy):
                 return found
         return None
 
-    def ranked(self) -> list[tuple[Key, bool]]:
-        return [(k, False) for k in self._t1] + [(k, True) for k in self._t2]
+    def ranked(self) -> list[Key]:
+        return [*self._t1, *self._t2]
 
 
 def _hits_to_end(

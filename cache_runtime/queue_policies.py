@@ -11,7 +11,7 @@ demotions), never the resident set; `on_remove` forgets.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from mypy_extensions import mypyc_attr
 
@@ -127,8 +127,8 @@ class S3FIFOPolicy(EvictionPolicy):
                 return None
         return None
 
-    def ranked(self) -> list[tuple[Key, bool]]:
-        return [(k, False) for k in self._small] + [(k, self._freq[k] > 0) for k in self._main]
+    def ranked(self) -> list[Key]:
+        return [*self._small, *self._main]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -212,8 +212,8 @@ class MQPolicy(EvictionPolicy):
                 return found
         return None
 
-    def ranked(self) -> list[tuple[Key, bool]]:
-        return [(k, level > 0) for level, q in enumerate(self._queues) for k in q]
+    def ranked(self) -> list[Key]:
+        return [k for q in self._queues for k in q]
 
 
 _LIR, _HIR = True, False
@@ -334,6 +334,5 @@ class LIRSPolicy(EvictionPolicy):
             found = next((k for k in self._stack if self._status.get(k) and not keep(k)), None)
         return found
 
-    def ranked(self) -> list[tuple[Key, bool]]:
-        lirs: Iterator[Key] = (k for k in self._stack if self._status.get(k) is _LIR)
-        return [(k, False) for k in self._queue] + [(k, True) for k in lirs]
+    def ranked(self) -> list[Key]:
+        return [*self._queue, *(k for k in self._stack if self._status.get(k) is _LIR)]

@@ -241,7 +241,7 @@ def test_candidates_evict_only_resident_keys_and_honour_keep(policy: type) -> No
             resident.discard(gone)
         live.on_insert(key, 0.0, None)
         resident.add(key)
-    assert {key for key, _ in live.ranked()} == resident
+    assert set(live.ranked()) == resident
 
 
 def test_pool_and_rate_are_checked() -> None:

@@ -28,7 +28,7 @@ def _lru_leading_hot_and_warm(size: int) -> tuple[PoolPolicy, list[int], list[in
         pool.on_insert(key, 0.0, None)
     for key in hot * 5 + warm:
         pool.on_access(key, 0.0)
-    assert pool.ranked()[0][0] in hot  # LRU's next victim
+    assert pool.ranked()[0] in hot  # LRU's next victim
     return pool, hot, warm
 
 
@@ -43,7 +43,7 @@ def test_a_new_leader_starts_from_the_state_it_would_have_had() -> None:
     gone = pool.victim(lambda _: False)
 
     assert pool.leader_name == "mq" and gone in warm
-    assert {key for key, _ in pool.ranked()} == set(hot + warm)
+    assert set(pool.ranked()) == set(hot + warm)
 
 
 def test_a_small_cache_takes_its_new_leader_as_a_copy_of_the_shadow() -> None:
@@ -59,7 +59,7 @@ def test_a_small_cache_takes_its_new_leader_as_a_copy_of_the_shadow() -> None:
     shadow = pool._shadows[pool._slots[pool.target]]  # type: ignore[index]
     assert pool.leader_name == "mq" and pool._rebuild is None and gone in warm
     assert pool._live is not shadow.policy
-    assert [key for key, _ in pool.ranked()] == [key for key, _ in shadow.policy.ranked()]
+    assert pool.ranked() == shadow.policy.ranked()
 
 
 def test_a_switch_between_twins_keeps_the_state() -> None:
@@ -125,7 +125,7 @@ def test_a_switch_replays_its_history_a_slice_per_eviction() -> None:
             assert before + 1 - len(pool._rebuild.pending) <= REBUILD_STEP + 1
     assert 8 <= evictions <= history // REBUILD_STEP + 1
     assert pool.switches == [(pool._seen, "lirs")]
-    assert {key for key, _ in pool.ranked()} == resident
+    assert set(pool.ranked()) == resident
 
 
 def test_a_rebuild_is_dropped_when_the_old_leader_wins_back() -> None:
@@ -135,7 +135,7 @@ def test_a_rebuild_is_dropped_when_the_old_leader_wins_back() -> None:
     pool.target = 0  # the shadows changed their mind
     _serve(pool, ["new-1"], C, resident)
     assert pool._rebuild is None and pool.leader_name == "lru" and not pool.switches
-    assert {key for key, _ in pool.ranked()} == resident
+    assert set(pool.ranked()) == resident
 
 
 def _hot_then_scan(pool: PoolPolicy, capacity: int) -> list[str]:
@@ -184,7 +184,7 @@ def test_a_switch_hands_over_every_resident_key() -> None:
     pool = PoolPolicy(("lru", "lirs"), capacity=C)
     resident: set[object] = set()
     _serve(pool, accesses.tolist(), C, resident)
-    assert pool.switches and {key for key, _ in pool.ranked()} == resident
+    assert pool.switches and set(pool.ranked()) == resident
 
 
 # Hot pages read again and again, then a scan: LRU keeps the scan, ARC the hot pages. A switch
