@@ -4,8 +4,9 @@ The cache holds what the old leader chose. The new leader arrives with the state
 it, which covers the resident keys it would itself have kept; the others it has never seen. They
 stay with the old leader, which evicts them first, in its own order and with its own knowledge
 of them, until none is left; a hit on one hands it to the new leader as a key inserted before
-and read now. The switch itself costs one pass over what the new leader knows, not over the
-cache; the keys both know leave the old leader only when it names them (`victim`).
+and read now. The switch itself costs one pass over what the new leader knows (and a set
+difference over the cache); the keys both know leave the old leader when it names them
+(`victim`, `DROP_STEP` at most per call) or when they leave the cache.
 
 Measured against the previous switch (2026-12-05), which inserted each unknown key into the new
 leader and marked it cold:
@@ -18,7 +19,7 @@ leader and marked it cold:
   insert-and-read: -0.001.
 - the switch's one-time cost under the memory tier's lock, 100,000 entries (a generated Zipf
   trace, 65,536 accesses of history covering 28,000 of them, garbage collection off while
-  timed): 67-89 ms -> 11-21 ms; 10,000 entries 5-9 ms -> 3-4 ms. Removing the keys both know
+  timed): 67-89 ms -> 11-23 ms; 10,000 entries 5-9 ms -> 2-4 ms. Removing the keys both know
   from the old leader at once instead of when it names them: 34-46 ms, the same hits.
 """
 
@@ -30,22 +31,38 @@ from mypy_extensions import mypyc_attr
 
 from cache_runtime.policies import EvictionPolicy, Key
 
+# keys both leaders know that one `victim` call lets go from the old leader at most. The memory
+# tier may ask for several victims before it removes any: a call that finds every legacy key
+# chosen or protected would otherwise walk all the shared keys at once (a two-victim put as the
+# last legacy key goes, 100,000 entries, 2026-12-05: 40.9 ms; with this bound 0.18 ms, the same
+# hits over the 84 cells of the sweep); past it, the new leader names the victim
+DROP_STEP = 256
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Handover(EvictionPolicy):
     """`leader` decides; `old` evicts the resident keys in `legacy` first. `old` may still
-    hold keys the leader holds too (dropped as it names them) and may itself be a Handover (a
-    switch before the previous one drained)."""
+    hold resident keys the leader holds too (let go as it names them, `DROP_STEP` at most per
+    call) and may itself be a Handover (a switch before the previous one drained)."""
 
     name = "handover"
 
     def __init__(self, leader: EvictionPolicy, old: EvictionPolicy, legacy: set[Key]) -> None:
         self.leader, self.old, self.legacy = leader, old, legacy
 
-    def _adopt(self, key: Key, now: float) -> None:
-        """A legacy key hit: the new leader takes it as inserted before and reused now."""
-        self.legacy.discard(key)
+    def _drop_old(self, key: Key) -> bool:
+        """`key` leaves the old leader (a no-op where it is not there: the old leader must
+        never hold a key the cache no longer has, the tier's `keep` reads every key it is
+        asked about); whether it was a legacy key."""
         self.old.on_remove(key)
+        if key in self.legacy:
+            self.legacy.discard(key)
+            return True
+        return False
+
+    def _adopt(self, key: Key, now: float) -> None:
+        """A legacy key hit: the new leader takes it as inserted before and read now."""
+        self._drop_old(key)
         self.leader.on_insert(key, now, None)
         self.leader.on_access(key, now)
 
@@ -74,27 +91,26 @@ class Handover(EvictionPolicy):
         self.leader.on_access_many(run)
 
     def on_remove(self, key: Key) -> None:
-        if key in self.legacy:
-            self.legacy.discard(key)
-            self.old.on_remove(key)
-        else:
+        if not self._drop_old(key):
             self.leader.on_remove(key)
 
     def on_lost(self, key: Key) -> None:
         self.leader.on_lost(key)
 
     def on_cold(self, key: Key) -> None:
-        (self.old if key in self.legacy else self.leader).on_cold(key)
+        if key not in self.legacy:  # a legacy key goes first already; the old leader gets no hints
+            self.leader.on_cold(key)
 
     def victim(self, keep: Callable[[Key], bool]) -> Key | None:
-        legacy, old = self.legacy, self.old
-        while legacy:
-            key = old.victim(keep)
-            if key is None:
-                break
-            if key in legacy:
-                return key
-            old.on_remove(key)  # the new leader holds it: drop it from the old one, now
+        if self.legacy:
+            old = self.old
+            for _ in range(DROP_STEP):
+                key = old.victim(keep)
+                if key is None:
+                    break
+                if key in self.legacy:
+                    return key
+                old.on_remove(key)  # a key the new leader holds too: the old one lets it go
         return self.leader.victim(keep)
 
     def ranked(self) -> list[Key]:

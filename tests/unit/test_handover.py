@@ -3,10 +3,11 @@ leader, which evicts them first in its own order (`cache_runtime.handover`)."""
 
 from __future__ import annotations
 
-from cache_runtime.handover import Handover
+from cache_runtime.handover import DROP_STEP, Handover
 from cache_runtime.policies import EvictionPolicy, LRUPolicy
 from cache_runtime.pool import PoolPolicy
 from cache_runtime.queue_policies import MQPolicy
+from cache_runtime.tiers.memory import MemoryTier
 
 
 def _lru(keys: list[int], reads: list[int]) -> LRUPolicy:
@@ -43,6 +44,15 @@ def test_the_keys_the_new_leader_does_not_know_go_first_in_the_old_leaders_order
     assert not handover.legacy
     assert _evict(handover, 5) == [5, 6, 7, 8, 9]  # then the new leader's own order
     assert leader.ranked() == []
+
+
+def test_conversation_ended_reaches_only_the_new_leader() -> None:
+    """The pool passes "conversation ended" on only where its leader takes hints; the old
+    leader's keys go first already and it is not asked."""
+    handover, _ = _handover()
+    handover.on_cold(4)  # legacy: its order stays
+    handover.on_cold(9)  # the new leader's: next to go once the legacy keys are gone
+    assert _evict(handover, 10) == [0, 2, 4, 3, 1, 9, 5, 6, 7, 8]
 
 
 def test_a_hit_on_an_old_key_hands_it_to_the_new_leader_as_reused() -> None:
@@ -110,3 +120,52 @@ def test_the_pool_hands_over_the_keys_its_history_does_not_cover() -> None:
     assert sorted(gone) == old and not set(gone) & set(read)
     pool.victim(lambda _: False)  # drained: the pool drops the old leader
     assert isinstance(pool._live, MQPolicy)
+
+
+def test_one_eviction_lets_go_of_a_bounded_number_of_shared_keys() -> None:
+    """The old leader names shared keys before its last legacy one: one `victim` call lets go
+    of DROP_STEP of them at most (then the new leader names the victim), the next goes on."""
+    shared = list(range(1, DROP_STEP + 11))
+    old = _lru([*shared, 0], [])
+    handover = Handover(_lru(shared, []), old, {0})
+    assert handover.victim(lambda _: False) == 1  # the new leader's, this once
+    assert len(old.ranked()) == 11
+    assert handover.victim(lambda _: False) == 0
+
+
+def _tier_in_handover(pinned: str | None) -> tuple[MemoryTier, PoolPolicy]:
+    """A memory tier of 200 one-byte entries whose pool hands over from LRU to MQ: half the
+    entries ("o*") were written before the last MAX_HISTORY reads and stay with LRU."""
+    pool = PoolPolicy(("lru", "mq"), capacity=200)
+    tier = MemoryTier(200, pool)
+    read = [f"r{i}" for i in range(100)]
+    for key in [f"o{i}" for i in range(100)] + read:
+        tier.put(key, b"x", pinned=key == pinned)
+    for _ in range(700):
+        pool.on_access_many(read)
+    pool.target = pool.pool.index("mq")
+    new = 0
+    while not isinstance(pool._live, Handover):
+        new += 1
+        tier.put(f"new-{new}", b"x")
+    return tier, pool
+
+
+def test_a_key_deleted_during_a_handover_is_never_offered_to_the_tier() -> None:
+    """The tier's `keep` reads the entry of every key the policy names: a key both leaders
+    knew, deleted while the old leader still held it, raised KeyError from the next put."""
+    tier, pool = _tier_in_handover(pinned="o99")  # one legacy key that never goes
+    tier.delete("r50")
+    for i in range(300):
+        assert tier.put(f"z{i}", b"x")
+    assert pool._live.legacy == {"o99"}  # type: ignore[attr-defined]
+
+    tier, pool = _tier_in_handover(pinned=None)
+    tier.delete("r50")
+    live = pool._live
+    assert isinstance(live, Handover)
+    for i in range(36):  # one put refills the deleted entry's byte, 35 evict legacy keys
+        tier.put(f"y{i}", b"x")
+    assert len(live.legacy) == 1
+    assert tier.put("two-victims", b"xx")  # the second victim comes after the last legacy key
+    assert not live.legacy and tier.get("r49") is not None
