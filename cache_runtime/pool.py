@@ -271,9 +271,10 @@ class PoolPolicy(EvictionPolicy):
 
     def _handed_over(self, rebuilt: Shadow) -> EvictionPolicy:
         """The rebuilt policy made to agree with what is really resident: keys it would hold
-        that are gone become its ghosts; those it holds that are resident leave the old leader,
-        which keeps the rest and evicts them first (`Handover`). One pass in Python over what
-        the rebuilt policy holds; over the cache, only a set difference."""
+        that are gone become its ghosts; the resident keys it does not know stay with the old
+        leader, which evicts them first (`Handover`; the keys both know leave the old leader
+        later, as it names them). One pass in Python over what the rebuilt policy holds; over
+        the cache, only a set difference."""
         leader, old, resident = rebuilt.policy, self._live, self._keys
         for key in leader.ranked():  # in the policy's order, not a set's (hash-seeded) one
             if key not in resident:

@@ -63,7 +63,7 @@ def test_make_rebuilds_when_any_compiled_module_changes() -> None:
 
 @pytest.mark.slow
 def test_a_build_replaces_every_extension_with_a_fresh_one(tmp_path: Path) -> None:
-    """A real mypyc build of the four sources (skipped where no C compiler is at hand): every
+    """A real mypyc build of `compiled.MODULES` (skipped where no C compiler is at hand): every
     extension and the shared library come out newer than the sources, whatever was there."""
     package = tmp_path / "cache_runtime"
     package.mkdir()
