@@ -26,12 +26,18 @@ two-member `DuelingPolicy` did): with eight candidates every miss costs eight in
 removals, and the replay fell to a sixth of LRU's speed; a switch costs one replay of the
 history and one pass over what the new leader knows, and hysteresis keeps switches rare.
 
-Where every key is sampled (caches of at most `min_shadow` entries), the new leader's shadow is
-itself a full-size replay of the whole trace, so a switch takes a copy of it instead: no replay,
-done in the eviction that finds it. Over the 44 cells (2026-12-05), against the replay: the
-worst ratio 0.871 -> 0.879, the summed margin -0.058 -> -0.061, the same 17 cells short; at the
-sizes the command does not measure (2, 3, 7, 15%: 40 cells) +0.0014 summed. Sprite, whose
-71-entry cache switched 33 times, replayed 183,000 -> 295,000 accesses/s.
+Where every key is sampled (caches of at most `min_shadow` entries), each shadow is itself a
+full-size replay of the trace since the cache filled, so the cache follows the leading one
+exactly, with no rebuild (`_follow`): it evicts first the resident keys that shadow does not
+hold (at a switch, in the old leader's order; later, as the shadow drops them), and once it
+holds exactly what the shadow holds, the live policy becomes a copy of the shadow and makes the
+same choices from then on. Against the previous design, a copy at the switch whose lost keys
+became ghosts, over the 44 cells (2026-12-06): summed margin to the best libCacheSim policy
+-0.035 -> -0.027, worst ratio 0.879 -> 0.910 (cs 5%), cells short 16 -> 15 (multi1 1%: 0.171 ->
+0.180); the 40 cells at sizes the command does not measure +0.033 summed. That copy, left to
+itself, stayed apart from the shadow for good: on cs at 5%, 9 of 70 keys after the switch, on
+every pass of a loop larger than the cache. Rejected: following exactly up to 256 entries (rate
+1 wherever the sampling would be 0.5 or more): +0.012 on the 44 cells, -0.001 on the 40.
 
 Elsewhere the rebuild is spread over evictions (`shadows.Rebuild`): each `victim` call replays
 `REBUILD_STEP` accesses of the history plus those that came since the previous call, and the
@@ -156,6 +162,9 @@ class PoolPolicy(EvictionPolicy):
         self._seen = 0
         self._history: deque[Key] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
         self._rebuild: Rebuild | None = None  # while a switch is under way
+        self._exact = False  # every key sampled: the shadows are full-size replicas
+        self._following = False  # exact, since a switch: the cache converges to the shadow
+        self._strays: deque[Key] = deque()  # following: resident keys the shadow let go
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -196,6 +205,7 @@ class PoolPolicy(EvictionPolicy):
         self._slots = [own.index(i if twin is None else twin) for i, twin in enumerate(twins)]
         threshold = self._threshold
         self._sampled = {key for key in self._keys if spot(key) < threshold}
+        self._exact = self._rate == 1.0
 
     def _plain_twin(self, i: int) -> int | None:
         """The plain candidate whose shadow candidate `i` shares while no hint has come."""
@@ -228,6 +238,12 @@ class PoolPolicy(EvictionPolicy):
         for j in range(len(shadows)):
             if shadows[j].access(key, hint):
                 hit |= 1 << j
+        if self._following:
+            lead = slots[self.leader]
+            if not (hit >> lead) & 1:
+                gone = shadows[lead].gone
+                if gone is not None and gone in self._keys:
+                    self._strays.append(gone)
         window = self._window
         if len(window) == window.maxlen:
             gone = window[0]
@@ -249,18 +265,22 @@ class PoolPolicy(EvictionPolicy):
             self.target = best
 
     def _switch(self) -> None:
-        """Move the lead toward the target: between a hinted candidate and its plain twin, the
-        same object from now on with or without the hints; where every key is sampled, a copy
-        of the target's shadow; else one more slice of the rebuild (see the module docstring),
-        handed over once it has caught up."""
+        """Move the lead toward the target: where every key is sampled, at once, the cache then
+        following the target's shadow (`_follow`); between a hinted candidate and its plain
+        twin, the same object from now on with or without the hints; else one more slice of
+        the rebuild (see the module docstring), handed over once it has caught up."""
         target = self._candidates[self.target]
+        if self._exact:  # its shadow is a full-size replica: the cache follows it (`_follow`)
+            shadow = self._shadows[self._slots[self.target]]  # type: ignore[index]
+            held = shadow.resident  # until it fills, it has let go of nothing
+            full = len(held) >= shadow.capacity
+            self._strays = deque(key for key in self._live.ranked() if full and key not in held)
+            self._following = True
+            self._take_lead(self._live)
+            return
         if target.make is self._candidates[self.leader].make:  # its state stays right
             self._rebuild = None
             self._take_lead(self._live)
-            return
-        if self._rate == 1.0:  # its shadow is a full-size replica: take a copy of it
-            shadow = self._shadows[self._slots[self.target]]  # type: ignore[index]
-            self._take_lead(self._handed_over(shadow.replica(shadow.hinted)))
             return
         rebuild = self._rebuild
         if rebuild is None or rebuild.make is not target.make:
@@ -339,7 +359,30 @@ class PoolPolicy(EvictionPolicy):
             self._switch()
         elif self._rebuild is not None:  # the old leader won back its lead: drop the rebuild
             self._rebuild = None
+        if self._following:
+            stray = self._follow(keep)
+            if stray is not None:
+                return stray
         return self._live.victim(keep)
+
+    def _follow(self, keep: Callable[[Key], bool]) -> Key | None:
+        """Where every key is sampled, after a switch: the first resident key the leading
+        shadow does not hold (None if none is left unprotected); once the cache holds exactly
+        what the shadow holds, the live policy becomes a copy of the shadow and makes the same
+        choices from then on. Before any switch the live policy is the leader's own, fed since
+        the cache started, and stays: a copy of a shadow started when the cache filled knows
+        less (ARC's target size, a test's mixed trace: 8 hits fewer in 60,000)."""
+        shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
+        strays, keys, held = self._strays, self._keys, shadow.resident
+        while strays and (strays[0] not in keys or strays[0] in held):
+            strays.popleft()  # gone from the cache, or read again and so back in the shadow
+        for key in strays:
+            if key in keys and key not in held and not keep(key):
+                return key
+        if keys == held:
+            self._install(shadow.replica(shadow.hinted).policy)
+            self._following = False
+        return None
 
     def ranked(self) -> list[Key]:
         return self._live.ranked()

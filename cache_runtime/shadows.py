@@ -39,23 +39,26 @@ def _never(_: object) -> bool:
 class Shadow:
     """A small simulated cache of one candidate over the sampled keys."""
 
-    __slots__ = ("capacity", "hinted", "policy", "resident")
+    __slots__ = ("capacity", "gone", "hinted", "policy", "resident")
 
     def __init__(self, policy: EvictionPolicy, capacity: int, hinted: bool) -> None:
         self.policy = policy
         self.capacity = max(1, capacity)
         self.resident: set[object] = set()
         self.hinted = hinted
+        self.gone: Key | None = None  # what the last miss evicted (None: nothing)
 
     def access(self, key: Key, hint: str | None) -> bool:
         if key in self.resident:
             self.policy.on_access(key, 0.0)
             return True
+        gone = None
         if len(self.resident) >= self.capacity:
             gone = self.policy.victim(_never)  # never None: nothing is kept
             if gone is not None:
                 self.policy.on_remove(gone)
                 self.resident.discard(gone)
+        self.gone = gone
         self.policy.on_insert(key, 0.0, hint if self.hinted else None)
         self.resident.add(key)
         return False

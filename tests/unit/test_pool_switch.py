@@ -48,8 +48,9 @@ def test_a_new_leader_starts_from_the_state_it_would_have_had() -> None:
 
 def test_a_small_cache_takes_its_new_leader_as_a_copy_of_the_shadow() -> None:
     """Where every key is sampled (a cache of at most `min_shadow` entries), the new leader's
-    shadow is a full-size replica over the whole trace: the switch copies it in one eviction,
-    with no history to replay, and the copy then lives apart from the shadow."""
+    shadow is a full-size replica over the whole trace. Here it holds every resident key, so
+    the switch copies it in one eviction, with no history to replay, and the copy then lives
+    apart from the shadow."""
     pool, _, warm = _lru_leading_hot_and_warm(100)  # under min_shadow (128): all sampled
     assert pool.effective_rate == 1.0
 
@@ -154,7 +155,7 @@ def test_a_switch_remembers_the_keys_the_new_leader_lost_as_its_ghosts() -> None
     the small queue as new. Forgotten (the earlier handoff), S3-FIFO's main, frozen on a loop
     larger than the cache, was never rebuilt: the pool hit 0.031 on cs at 5% where S3-FIFO
     alone hits 0.049."""
-    pool = PoolPolicy(("lru", "s3fifo"), capacity=10)
+    pool = PoolPolicy(("lru", "s3fifo"), capacity=10, min_shadow=1, sample_rate=0.5)
     hot = _hot_then_scan(pool, 10)
     pool.target = 1  # as the shadows would, once S3-FIFO leads them
     pool.victim(lambda _: False)
@@ -164,6 +165,43 @@ def test_a_switch_remembers_the_keys_the_new_leader_lost_as_its_ghosts() -> None
     assert len(lost) >= 4  # the rebuilt S3-FIFO kept them in main (two left with the scan)
     pool.on_insert(lost[0], 0.0, None)
     assert lost[0] in live._main
+
+
+def test_a_small_cache_converges_to_its_leading_shadow() -> None:
+    """Every key sampled: after the switch the cache evicts first what S3-FIFO's shadow no
+    longer holds, then holds exactly what the shadow holds and runs a copy of it. Taking a copy
+    at the switch and turning the keys it lost into ghosts (the previous design), the cache
+    stayed apart from the shadow for good: on cs at 5%, 9 of its 70 keys, on every pass of
+    a loop larger than the cache."""
+    pool = PoolPolicy(("lru", "s3fifo"), capacity=10)
+    resident: set[object] = set()
+    hot = _hot_then_scan(pool, 10)
+    pool.target = 1
+    shadow = pool._shadows[pool._slots[1]]  # type: ignore[index]
+    strays = set(pool._live.ranked()) - shadow.resident
+    assert strays  # scan pages S3-FIFO's small queue already let go
+    resident = set(pool._live.ranked())
+    first = [pool.victim(lambda _: False)]
+    assert pool.leader_name == "s3fifo" and first[0] in strays
+    loop = [f"loop-{i}" for i in range(13)]  # a loop larger than the cache
+    _serve(pool, hot + loop * 6, 10, resident)
+    assert resident == shadow.resident
+    assert pool._live is not shadow.policy and pool.ranked() == shadow.policy.ranked()
+
+
+def test_a_small_cache_skips_a_protected_stray() -> None:
+    """The memory tier protects keys it is reading or has already chosen: the next key the
+    shadow let go goes instead, and with every one of them protected, the live policy names
+    the victim."""
+    pool = PoolPolicy(("lru", "s3fifo"), capacity=10)
+    _hot_then_scan(pool, 10)
+    pool.target = 1
+    shadow = pool._shadows[pool._slots[1]]  # type: ignore[index]
+    strays = [key for key in pool._live.ranked() if key not in shadow.resident]
+    assert len(strays) >= 2
+    assert pool.victim(lambda key: key == strays[0]) == strays[1]
+    gone = pool.victim(lambda key: key in strays)
+    assert gone is not None and gone not in strays
 
 
 def test_a_lost_key_of_s3fifo_main_returns_to_main() -> None:
@@ -203,7 +241,7 @@ class Recording(PrefixARC):
         super().on_remove(key)
 
 pools.CANDIDATES["arc"] = pools.Candidate(Recording, False, "records its removals")
-pool = pools.PoolPolicy(("lru", "arc"), capacity=8)
+pool = pools.PoolPolicy(("lru", "arc"), capacity=8, sample_rate=0.5, min_shadow=1)  # a rebuild
 resident = set()
 
 def access(key):
