@@ -16,6 +16,7 @@ from cache_runtime.handover import Handover
 from cache_runtime.pool import MAX_HISTORY, PoolPolicy
 from cache_runtime.queue_policies import S3FIFOPolicy
 from cache_runtime.shadows import REBUILD_STEP
+from cache_runtime.tiers.memory import MemoryTier
 
 C = 200
 
@@ -202,6 +203,37 @@ def test_a_small_cache_skips_a_protected_stray() -> None:
     assert pool.victim(lambda key: key == strays[0]) == strays[1]
     gone = pool.victim(lambda key: key in strays)
     assert gone is not None and gone not in strays
+
+
+def test_a_small_memory_tier_follows_its_shadows_through_pins_deletes_and_switches() -> None:
+    """The memory tier asks for victims with its own `keep` (pinned entries, keys already
+    chosen for this put), puts of several bytes need several victims, deletes and "conversation
+    ended" calls come between: a tier of 100 one-to-three-byte entries, every key sampled,
+    switched to another candidate every 97 operations, stays within its budget, never loses a
+    pinned entry, and the pool's resident keys are the tier's."""
+    rng = np.random.default_rng(3)
+    pool = PoolPolicy(("lru", "s3fifo", "mq", "prefix-arc"))
+    tier = MemoryTier(150, pool)
+    pinned = {f"k{i}" for i in range(5)}
+    for key in sorted(pinned):
+        tier.put(key, b"p", pinned=True)
+    follows = 0
+    for step in range(6000):
+        key = f"k{int(rng.zipf(1.3)) % 400}"
+        action = rng.random()
+        if action < 0.03 and key not in pinned:
+            tier.delete(key)
+        elif action < 0.05:
+            tier.cool([key])
+        elif tier.get(key) is None and key not in pinned:
+            tier.put(key, b"x" * int(rng.integers(1, 4)))
+        if step % 97 == 0 and pool.effective_rate is not None:
+            pool.target = int(rng.integers(len(pool.pool)))
+        follows += pool._following
+        assert tier.stats().bytes <= 150
+    assert pool.effective_rate == 1.0 and follows > 0 and len(pool.switches) > 10
+    assert all(tier.get(key) == b"p" for key in pinned)
+    assert pool._keys == set(tier._entries) and not tier.check()
 
 
 def test_a_lost_key_of_s3fifo_main_returns_to_main() -> None:
