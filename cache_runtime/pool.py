@@ -29,9 +29,9 @@ history and one pass over what the new leader knows, and hysteresis keeps switch
 Where every key is sampled (caches of at most `min_shadow` entries), each shadow is itself a
 full-size replay of the trace since the cache filled, so the cache follows the leading one
 exactly, with no rebuild (`_follow`): it evicts first the resident keys that shadow does not
-hold (at a switch, in the old leader's order; later, as the shadow drops them), and once it
+hold (at a switch, in the old leader's order; later, as the shadow drops them), and whenever it
 holds exactly what the shadow holds, the live policy becomes a copy of the shadow and makes the
-same choices from then on. Against the previous design, a copy at the switch whose lost keys
+same choices. Against the previous design, a copy at the switch whose lost keys
 became ghosts, over the 44 cells (2026-12-06): summed margin to the best libCacheSim policy
 -0.035 -> -0.027, worst ratio 0.879 -> 0.910 (cs 5%), cells short 16 -> 15 (multi1 1%: 0.171 ->
 0.180); the 40 cells at sizes the command does not measure +0.033 summed. That copy, left to
@@ -62,6 +62,7 @@ every key sampled: 160,000 -> 216,000).
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -163,8 +164,9 @@ class PoolPolicy(EvictionPolicy):
         self._history: deque[Key] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
         self._rebuild: Rebuild | None = None  # while a switch is under way
         self._exact = False  # every key sampled: the shadows are full-size replicas
-        self._following = False  # exact, since a switch: the cache converges to the shadow
-        self._strays: deque[Key] = deque()  # following: resident keys the shadow let go
+        self._following = False  # exact, since the first switch: the cache follows (`_follow`)
+        self._strays: dict[Key, None] = {}  # following: resident keys the leading shadow lacks
+        self._aligned = False  # following: the live policy makes the leading shadow's choices
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -239,11 +241,14 @@ class PoolPolicy(EvictionPolicy):
             if shadows[j].access(key, hint):
                 hit |= 1 << j
         if self._following:
-            lead = slots[self.leader]
+            strays, lead = self._strays, slots[self.leader]
+            if strays:
+                strays.pop(key, None)  # the leading shadow holds it now
             if not (hit >> lead) & 1:
                 gone = shadows[lead].gone
                 if gone is not None and gone in self._keys:
-                    self._strays.append(gone)
+                    strays[gone] = None
+                    self._aligned = False
         window = self._window
         if len(window) == window.maxlen:
             gone = window[0]
@@ -266,17 +271,12 @@ class PoolPolicy(EvictionPolicy):
 
     def _switch(self) -> None:
         """Move the lead toward the target: where every key is sampled, at once, the cache then
-        following the target's shadow (`_follow`); between a hinted candidate and its plain
-        twin, the same object from now on with or without the hints; else one more slice of
-        the rebuild (see the module docstring), handed over once it has caught up."""
+        following the target's shadow (`_follow_target`); between a hinted candidate and its
+        plain twin, the same object from now on with or without the hints; else one more slice
+        of the rebuild (see the module docstring), handed over once it has caught up."""
         target = self._candidates[self.target]
-        if self._exact:  # its shadow is a full-size replica: the cache follows it (`_follow`)
-            shadow = self._shadows[self._slots[self.target]]  # type: ignore[index]
-            held = shadow.resident  # until it fills, it has let go of nothing
-            full = len(held) >= shadow.capacity
-            self._strays = deque(key for key in self._live.ranked() if full and key not in held)
-            self._following = True
-            self._take_lead(self._live)
+        if self._exact:
+            self._follow_target(target)
             return
         if target.make is self._candidates[self.leader].make:  # its state stays right
             self._rebuild = None
@@ -301,6 +301,23 @@ class PoolPolicy(EvictionPolicy):
                 leader.on_lost(key)
         legacy = resident - rebuilt.resident
         return Handover(leader, old, legacy) if legacy else leader
+
+    def _follow_target(self, target: Candidate) -> None:
+        """Where every key is sampled the target's shadow is a full-size replica: from now on
+        the cache follows it (`_follow`), first evicting the resident keys it does not hold, in
+        the live policy's order. The live policy stays, with its own hints, until the cache
+        holds what the shadow holds and a copy of the shadow replaces it; one of the target's
+        kind (a twin, or a switch back) stays as it is, as a twin switch does elsewhere."""
+        shadow = self._shadows[self._slots[self.target]]  # type: ignore[index]
+        held = shadow.resident
+        full = len(held) >= shadow.capacity  # until it fills, it has let go of nothing
+        self._strays = dict.fromkeys(k for k in self._live.ranked() if full and k not in held)
+        self._following = True
+        self._aligned = type(self._live) is target.make
+        self.leader = self.target
+        self.switches.append((self._seen, self.leader_name))
+        if self._aligned:
+            self._hinted = target.hinted
 
     def _take_lead(self, live: EvictionPolicy) -> None:
         self.leader = self.target
@@ -337,6 +354,7 @@ class PoolPolicy(EvictionPolicy):
 
     def on_remove(self, key: Key) -> None:
         self._keys.discard(key)
+        self._strays.pop(key, None)
         self._sampled.discard(key)
         self._live.on_remove(key)
 
@@ -366,22 +384,22 @@ class PoolPolicy(EvictionPolicy):
         return self._live.victim(keep)
 
     def _follow(self, keep: Callable[[Key], bool]) -> Key | None:
-        """Where every key is sampled, after a switch: the first resident key the leading
-        shadow does not hold (None if none is left unprotected); once the cache holds exactly
-        what the shadow holds, the live policy becomes a copy of the shadow and makes the same
-        choices from then on. Before any switch the live policy is the leader's own, fed since
-        the cache started, and stays: a copy of a shadow started when the cache filled knows
-        less (ARC's target size, a test's mixed trace: 8 hits fewer in 60,000)."""
-        shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
-        strays, keys, held = self._strays, self._keys, shadow.resident
-        while strays and (strays[0] not in keys or strays[0] in held):
-            strays.popleft()  # gone from the cache, or read again and so back in the shadow
-        for key in strays:
-            if key in keys and key not in held and not keep(key):
+        """Where every key is sampled, after the first switch: the first resident key the
+        leading shadow does not hold that `keep` lets go (None if none). Once the cache holds
+        exactly what the shadow holds, the live policy becomes a copy of the shadow and makes
+        its choices; whatever pulls the two apart again (a delete, a key the tier protects,
+        values of different sizes) makes new strays, and the next agreement a new copy. Before
+        any switch the live policy is the leader's own, fed since the cache started, and stays:
+        a copy of a shadow started when the cache filled knows less (ARC's target size, a
+        test's mixed trace: 8 hits fewer in 60,000)."""
+        for key in self._strays:
+            if not keep(key):
                 return key
-        if keys == held:
-            self._install(shadow.replica(shadow.hinted).policy)
-            self._following = False
+        if not self._aligned:
+            shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
+            if self._keys == shadow.resident:
+                self._install(copy.deepcopy(shadow.policy))
+                self._aligned = True
         return None
 
     def ranked(self) -> list[Key]:
