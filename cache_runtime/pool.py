@@ -314,15 +314,15 @@ class PoolPolicy(EvictionPolicy):
         self._strays = dict.fromkeys(k for k in self._live.ranked() if full and k not in held)
         self._following = True
         self._aligned = type(self._live) is target.make
-        self.leader = self.target
-        self.switches.append((self._seen, self.leader_name))
-        if self._aligned:
-            self._hinted = target.hinted
+        self._take_lead(self._live if self._aligned else None)
 
-    def _take_lead(self, live: EvictionPolicy) -> None:
+    def _take_lead(self, live: EvictionPolicy | None) -> None:
+        """The target leads from now on, with `live` as the live policy (None: the live policy
+        stays, with its hints)."""
         self.leader = self.target
         self.switches.append((self._seen, self.leader_name))
-        self._install(live)
+        if live is not None:
+            self._install(live)
 
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._history.append(key)
