@@ -84,7 +84,8 @@ class PolicySettings(BaseModel):
         sample_rate: the share of the key space replayed through the shadows (SHARDS' R),
             raised for small caches so that each shadow holds `min_shadow` entries.
         window / hysteresis: sampled accesses scored, and the lead (a share of them) that a
-            challenger needs to take over.
+            challenger needs to take over (half of it where every key is sampled:
+            `cache_runtime.pool.EXACT_LEAD`).
     """
 
     model_config = ConfigDict(extra="forbid")

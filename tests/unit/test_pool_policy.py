@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cache_runtime.policies import make_policy
-from cache_runtime.pool import CANDIDATES, PoolPolicy
+from cache_runtime.pool import CANDIDATES, EXACT_LEAD, PoolPolicy
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.tiers.memory import MemoryTier
@@ -251,6 +251,13 @@ def test_pool_and_rate_are_checked() -> None:
         PoolPolicy(sample_rate=0)
     assert PoolPolicy(capacity=100, min_shadow=50).effective_rate == 0.5
     assert PoolPolicy(capacity=10**6).effective_rate == pytest.approx(1 / 16)
+
+
+def test_where_every_key_is_sampled_a_challenger_needs_a_smaller_lead() -> None:
+    """There the cache follows the exact shadow, so a switch costs only a refill."""
+    exact, sampled = PoolPolicy(capacity=100), PoolPolicy(capacity=10_000)
+    assert exact.effective_rate == 1.0 and (sampled.effective_rate or 1.0) < 1.0
+    assert exact._lead == pytest.approx(EXACT_LEAD * sampled._lead) and EXACT_LEAD < 1
 
 
 def test_the_tier_serves_the_pool_by_default() -> None:
