@@ -318,8 +318,9 @@ class PoolPolicy(EvictionPolicy):
         kind (a twin, or a switch back) stays as it is, as a twin switch does elsewhere."""
         shadow = self._shadows[self._slots[self.target]]  # type: ignore[index]
         held = shadow.resident
-        full = len(held) >= shadow.capacity  # until it fills, it has let go of nothing
-        self._strays = dict.fromkeys(k for k in self._live.ranked() if full and k not in held)
+        self._strays = {}  # a shadow that has not filled has let go of nothing
+        if len(held) >= shadow.capacity:
+            self._strays = dict.fromkeys(k for k in self._live.ranked() if k not in held)
         self._following = True
         self._aligned = type(self._live) is target.make
         self._take_lead(self._live if self._aligned else None)
