@@ -253,9 +253,9 @@ class PoolPolicy(EvictionPolicy):
             if strays:
                 strays.pop(key, None)  # the leading shadow holds it now
             if not (hit >> lead) & 1:
-                gone = shadows[lead].gone
-                if gone is not None and gone in self._keys:
-                    strays[gone] = None
+                dropped = shadows[lead].gone
+                if dropped is not None and dropped in self._keys:
+                    strays[dropped] = None
                     self._aligned = False
         window = self._window
         if len(window) == window.maxlen:
