@@ -58,6 +58,11 @@ whose requests carry hints from the start forks while the shadows are still empt
 start when the cache first fills). A trace or node without hints runs six shadows, not nine:
 over the 44 cells, the same hits in every cell, and 1.05-1.5x the accesses per second (cs,
 every key sampled: 160,000 -> 216,000).
+
+Per sampled access the selector touches only the candidates whose hit differs from the access
+leaving the window (most accesses hit or miss in every shadow alike), and where every key is
+sampled it keeps no history and computes no hash: the same hits in all 84 cells of the sweep
+(the 44 and 40 held-out sizes), cs 225,600 -> 254,500 accesses/s with six shadows (2026-12-06).
 """
 
 from __future__ import annotations
@@ -160,6 +165,7 @@ class PoolPolicy(EvictionPolicy):
         self._wins = [0] * len(self.pool)
         self._shadows: list[Shadow] | None = None  # one per distinct state (`_fork`)
         self._slots: list[int] = []  # each candidate's shadow in `_shadows`
+        self._by_hits: dict[int, int] = {}  # shadows' hit bits -> candidates' (for `_slots`)
         self._forked = False  # a hint has reached the shadows: hinted twins have their own
         self._threshold = -1  # sampled: spot(key) < threshold; none before the duel starts
         self._sampled: set[object] = set()  # resident keys that are sampled
@@ -212,9 +218,14 @@ class PoolPolicy(EvictionPolicy):
             Shadow(self._candidates[i].make(), size, self._candidates[i].hinted) for i in own
         ]
         self._slots = [own.index(i if twin is None else twin) for i, twin in enumerate(twins)]
+        self._by_hits = {}
         threshold = self._threshold
-        self._sampled = {key for key in self._keys if spot(key) < threshold}
         self._exact = self._rate == 1.0
+        if self._exact:  # every key sampled: one set, and no history (nothing is rebuilt)
+            self._sampled = self._keys
+            self._history.clear()
+        else:
+            self._sampled = {key for key in self._keys if spot(key) < threshold}
         self._lead = self.hysteresis * (EXACT_LEAD if self._exact else 1.0)
 
     def _plain_twin(self, i: int) -> int | None:
@@ -237,6 +248,7 @@ class PoolPolicy(EvictionPolicy):
             shared = shadows[self._slots[i]]
             if candidate.hinted and not shared.hinted:
                 self._slots[i] = len(shadows)
+                self._by_hits = {}
                 shadows.append(shared.replica(True))
 
     def _observe(self, key: Key, hint: str | None) -> None:
@@ -257,18 +269,28 @@ class PoolPolicy(EvictionPolicy):
                 if dropped is not None and dropped in self._keys:
                     strays[dropped] = None
                     self._aligned = False
+        result = self._by_hits.get(hit)  # bit i: candidate i's shadow hit
+        if result is None:
+            result = 0
+            for i in range(len(slots)):
+                if (hit >> slots[i]) & 1:
+                    result |= 1 << i
+            self._by_hits[hit] = result
         window = self._window
-        if len(window) == window.maxlen:
-            gone = window[0]
-            for i in range(len(wins)):
-                wins[i] -= (gone >> i) & 1
-        result = 0  # bit i: candidate i's shadow hit
-        for i in range(len(slots)):
-            if (hit >> slots[i]) & 1:
-                result |= 1 << i
-                wins[i] += 1
+        gone = window[0] if len(window) == window.maxlen else 0
         window.append(result)
         self._seen += 1
+        # most accesses hit or miss in every shadow alike: the wins, and so the target, change
+        # only for the candidates whose bit differs from the access leaving the window
+        changed = result ^ gone
+        if not changed:
+            return
+        i = 0
+        while changed:
+            if changed & 1:
+                wins[i] += 1 if (result >> i) & 1 else -1
+            changed >>= 1
+            i += 1
         best = 0  # the first of the most hits (a loop: compiled, it beats max with a key)
         for i in range(1, len(wins)):
             if wins[i] > wins[best]:
@@ -334,17 +356,21 @@ class PoolPolicy(EvictionPolicy):
             self._install(live)
 
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
-        self._history.append(key)
+        if not self._exact:  # where every key is sampled nothing is rebuilt
+            self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
-        self._keys.add(key)
+        self._keys.add(key)  # where every key is sampled, also `_sampled`: the same set
         self._live.on_insert(key, now, hint if self._hinted else None)
-        if spot(key) < self._threshold:
+        if self._exact:
+            self._observe(key, hint)
+        elif spot(key) < self._threshold:
             self._sampled.add(key)
             self._observe(key, hint)
 
     def on_access(self, key: Key, now: float) -> None:
-        self._history.append(key)
+        if not self._exact:
+            self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
         self._live.on_access(key, now)
@@ -355,7 +381,8 @@ class PoolPolicy(EvictionPolicy):
         """The leader in bulk; the shadows replay the sampled hits one by one, repeats
         included (a shadow, smaller than the cache, may miss and evict between them)."""
         self._live.on_access_many(keys)
-        self._history.extend(keys)
+        if not self._exact:
+            self._history.extend(keys)
         if self._rebuild is not None:
             self._rebuild.feed_many(keys)
         for key in filter(self._sampled.__contains__, keys):

@@ -13,7 +13,7 @@ from itertools import islice
 
 from mypy_extensions import mypyc_attr
 
-from cache_runtime.policies import EvictionPolicy, Hint, Key, move_to_end_all
+from cache_runtime.policies import EvictionPolicy, Hint, Key, first_evictable, move_to_end_all
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -83,7 +83,7 @@ class PrefixSLRU(EvictionPolicy):
         if self._capacity is None:
             self._capacity = len(self._probation) + len(self._protected)
         for segment in (self._probation, self._protected):
-            found = next((key for key in segment if not keep(key)), None)
+            found = first_evictable(segment, keep)
             if found is not None:
                 return found
         return None
@@ -178,7 +178,7 @@ class PrefixARC(EvictionPolicy):
             self._capacity = len(self._t1) + len(self._t2)
         t1_first = bool(self._t1) and (len(self._t1) > self._p or not self._t2)
         for segment in (self._t1, self._t2) if t1_first else (self._t2, self._t1):
-            found = next((key for key in segment if not keep(key)), None)
+            found = first_evictable(segment, keep)
             if found is not None:
                 return found
         return None

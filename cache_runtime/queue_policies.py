@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from mypy_extensions import mypyc_attr
 
-from cache_runtime.policies import EvictionPolicy, Hint, Key
+from cache_runtime.policies import EvictionPolicy, Hint, Key, first_evictable
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -207,7 +207,7 @@ class MQPolicy(EvictionPolicy):
             self._lifetime = max(1, int(len(self._state) * self._life))
         self._demote()
         for queue in self._queues:
-            found = next((key for key in queue if not keep(key)), None)
+            found = first_evictable(queue, keep)
             if found is not None:
                 return found
         return None
@@ -329,7 +329,7 @@ class LIRSPolicy(EvictionPolicy):
             self._lir_limit = max(1, resident - max(1, int(resident * self.hir_share)))
             while self._lirs > self._lir_limit:
                 self._demote_bottom()
-        found = next((key for key in self._queue if not keep(key)), None)
+        found = first_evictable(self._queue, keep)
         if found is None:
             found = next((k for k in self._stack if self._status.get(k) and not keep(k)), None)
         return found

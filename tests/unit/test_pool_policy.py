@@ -224,6 +224,24 @@ def test_hysteresis_keeps_a_tie_from_flapping() -> None:
     assert len(pool.switches) <= 2
 
 
+@pytest.mark.parametrize("window", [64, 4096])
+def test_the_wins_are_the_windows_hits_per_candidate(window: int) -> None:
+    """The pool keeps each candidate's hits over the window by counting only the bits that
+    change; checked against a count of the window itself, whether it has filled (64) or not,
+    with hints (twins forked mid-way) and a switch or more."""
+    rng = np.random.default_rng(7)
+    accesses, starts = _tails(rng)
+    pool = PoolPolicy(capacity=C, window=window, min_shadow=1, sample_rate=0.5)
+    replay(pool, accesses[:20_000], starts[starts < 20_000], C)
+    counted = [sum((bits >> i) & 1 for bits in pool._window) for i in range(len(pool.pool))]
+    assert pool._wins == counted and len(pool._window) == min(window, pool._seen)
+    assert pool._forked and any(pool._wins)
+    best = max(range(len(counted)), key=lambda i: (counted[i], -i))
+    assert pool.target == best or counted[best] <= counted[pool.target] + max(
+        1.0, pool._lead * max(len(pool._window), 1024)
+    )
+
+
 @pytest.mark.parametrize("policy", [S3FIFOPolicy, MQPolicy, LIRSPolicy])
 def test_candidates_evict_only_resident_keys_and_honour_keep(policy: type) -> None:
     rng = np.random.default_rng(2)

@@ -84,13 +84,29 @@ def test_a_switch_between_twins_keeps_the_state(capacity: int) -> None:
 def test_the_history_is_the_last_accesses_whatever_the_size() -> None:
     """A switch rebuilds from the last MAX_HISTORY accesses, for a cache of 100 entries as for
     one that never fills: bounded (a switch runs on the serving path), never per entry."""
-    pool = PoolPolicy(capacity=100)
+    pool = PoolPolicy(capacity=100, min_shadow=1)  # some keys sampled: a switch rebuilds
     for key in range(100):
         pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
     for _ in range(1000):
         pool.on_access_many(list(range(100)))  # type: ignore[arg-type]
     assert len(pool._history) == pool._history.maxlen == MAX_HISTORY
     assert list(pool._history)[-100:] == list(range(100))
+
+
+def test_no_history_where_every_key_is_sampled() -> None:
+    """Where every key is sampled the cache follows its shadow and nothing is rebuilt, so the
+    pool keeps no history (it cost an append per access for nothing), and every resident key
+    is a sampled one."""
+    pool = PoolPolicy(capacity=100)
+    for key in range(100):
+        pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
+    for key in range(100, 400):
+        pool.on_remove(pool.victim(lambda _: False))  # type: ignore[arg-type]
+        pool.on_insert(key, 0.0, None)  # type: ignore[arg-type]
+        pool.on_access_many([key])  # type: ignore[arg-type]
+    assert pool.effective_rate == 1.0
+    assert not pool._history
+    assert pool._sampled == pool._keys and len(pool._keys) == 100
 
 
 def _serve(pool: PoolPolicy, keys: list[object], capacity: int, resident: set[object]) -> None:
