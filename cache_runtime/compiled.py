@@ -1,6 +1,6 @@
 """The eviction policies compiled with mypyc: the same source, run as C where a compiler is at hand.
 
-Why: the pool replays every sampled access through nine shadow policies, and below 128 entries
+Why: the pool replays every sampled access through ten shadow policies, and below 128 entries
 it samples every key, so the policies' Python method calls bound the replay (issue 21's goal is
 200,000 accesses/s with the shadows running; pure Python reached 53,000 on the cs trace).
 Compiled by mypyc, the same modules (`MODULES`) replay the 44 cells of

@@ -54,6 +54,14 @@ def _count_frequency(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray |
     return rng.zipf(1.2, 60_000) % (3 * C), None
 
 
+def _shifting_hot(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Hot sets of 80% of the cache that move on, one-time keys between: a key read often
+    stops being read, and a long MQ lifetime keeps it in a high queue long after."""
+    phases = [p * 10_000 + rng.integers(0, int(0.8 * C), 3_000) for p in range(12)]
+    hot = np.concatenate(phases)
+    return _interleave(hot, 10**7 + np.arange(hot.size)), None
+
+
 # candidate -> (a rival that leads first, the trace built to favour the candidate over it)
 FAVOURED = {
     "lirs": ("lru", _loop),
@@ -62,6 +70,7 @@ FAVOURED = {
     "arc": ("lru", _hot_scan),
     "s3fifo": ("lru", _frequency),
     "mq": ("lru", _count_frequency),
+    "mq-short": ("mq", _shifting_hot),
     "prefix-arc": ("arc", _tails),
     "prefix-slru": ("slru", _tails),
 }
