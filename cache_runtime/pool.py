@@ -192,6 +192,9 @@ class PoolPolicy(EvictionPolicy):
         self._following = False  # exact, since the first switch: the cache follows (`_follow`)
         self._strays: dict[Key, None] = {}  # following: resident keys the leading shadow lacks
         self._aligned = False  # following: the live policy makes the leading shadow's choices
+        # the candidate whose kind the live policy is: not its type, for two candidates share
+        # one (MQ at two lifetimes)
+        self._live_make: Callable[[], EvictionPolicy] = self._candidates[0].make
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -356,7 +359,7 @@ class PoolPolicy(EvictionPolicy):
         if len(held) >= shadow.capacity:
             self._strays = dict.fromkeys(k for k in self._live.ranked() if k not in held)
         self._following = True
-        self._aligned = type(self._live) is target.make
+        self._aligned = self._live_make is target.make
         self._take_lead(self._live if self._aligned else None)
 
     def _take_lead(self, live: EvictionPolicy | None) -> None:
@@ -366,6 +369,7 @@ class PoolPolicy(EvictionPolicy):
         self.switches.append((self._seen, self.leader_name))
         if live is not None:
             self._install(live)
+            self._live_make = self._candidates[self.leader].make
 
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         if not self._exact:  # where every key is sampled nothing is rebuilt
@@ -447,6 +451,7 @@ class PoolPolicy(EvictionPolicy):
             shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
             if self._keys == shadow.resident:
                 self._install(copy.deepcopy(shadow.policy))
+                self._live_make = self._candidates[self.leader].make
                 self._aligned = True
         return None
 

@@ -66,6 +66,31 @@ def test_a_small_cache_takes_its_new_leader_as_a_copy_of_the_shadow() -> None:
     assert pool.ranked() == shadow.policy.ranked()
 
 
+def test_two_candidates_of_one_class_are_not_twins() -> None:
+    """MQ at two lifetimes shares a class: where every key is sampled, a switch from one to
+    the other ends on a copy of the new leader's shadow, never keeping the old lifetime's
+    policy as if it were the new leader's own; and so back."""
+
+    def step(key: int) -> None:
+        pool.on_remove(pool.victim(lambda _: False))  # type: ignore[arg-type]
+        pool.on_insert(key, 0.0, None)
+        pool.on_access_many([k for k in range(10) if k in pool._keys])
+        if pool._aligned:  # the live policy makes the leader's choices: it is of its lifetime
+            assert pool._live._life == life[pool.leader_name]  # type: ignore[attr-defined]
+
+    life = {"mq-short": 1.0, "mq": 16.0}
+    pool = PoolPolicy(("mq-short", "mq"), capacity=100)
+    for key in range(100):
+        pool.on_insert(key, 0.0, None)
+    for key in range(100, 400):  # hot keys read often among a scan
+        step(key)
+    for target, keys in ((1, range(400, 700)), (0, range(700, 1000))):
+        pool.target = target
+        for key in keys:
+            step(key)
+        assert pool.leader_name == pool.pool[target] and pool._aligned
+
+
 @pytest.mark.parametrize("capacity", [C, 100], ids=["sampled", "every-key-sampled"])
 def test_a_switch_between_twins_keeps_the_state(capacity: int) -> None:
     pool = PoolPolicy(("prefix-arc", "arc"), capacity=capacity)
@@ -106,7 +131,7 @@ def test_no_history_where_every_key_is_sampled() -> None:
         pool.on_access_many([key])  # type: ignore[arg-type]
     assert pool.effective_rate == 1.0
     assert not pool._history
-    assert pool._sampled == pool._keys and len(pool._keys) == 100
+    assert pool._sampled is pool._keys and len(pool._keys) == 100
 
 
 def _serve(pool: PoolPolicy, keys: list[object], capacity: int, resident: set[object]) -> None:
