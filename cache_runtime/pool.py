@@ -137,12 +137,15 @@ MAX_HISTORY = 1 << 16
 # about 5 hits of lead, not 1 (over the shipped traces: cells more than 0.003 below the best
 # libCacheSim policy 18 -> 16 of 44; sprite 5-20% lost its early detours to MQ)
 EARLY_WINDOW = 1024
-# where every key is sampled the lead a challenger needs is this share of the hysteresis: the
-# cache follows the exact shadow (`_follow`), so a switch costs only the refill of the keys the
-# two disagree on, not a rebuilt state. Over the 44 cells (2026-12-06) 0.5 gave +0.0047 summed
-# and +0.0076 at the 40 held-out sizes, no cell down by more than 0.0007 (worst ratio, cs 5%:
-# 0.910 -> 0.922); 0.25 +0.0028 and +0.0093 but cs 5% 0.836; 2 +0.0030 and -0.0016
-EXACT_LEAD = 0.5
+# a switch that rebuilds nothing needs this share of the hysteresis as its lead. Where every key
+# is sampled the cache follows the exact shadow (`_follow`): a switch costs only the refill of
+# the keys the two disagree on. Over the 44 cells (2026-12-06) 0.5 gave +0.0047 summed and
+# +0.0076 at the 40 held-out sizes, no cell down by more than 0.0007 (worst ratio, cs 5%: 0.910
+# -> 0.922); 0.25 +0.0028 and +0.0093 but cs 5% 0.836; 2 +0.0030 and -0.0016. Between a hinted
+# candidate and its plain twin (the same policy, hints on or off) a switch costs nothing: there
+# (fifteenth session) Mooncake 10% with session and turn went 0.2736 -> 0.2798 (the tail hint
+# alone: 0.2757), and none of the 84 cells of the sweep changed (no twin switches without them)
+CHEAP_LEAD = 0.5
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -188,7 +191,7 @@ class PoolPolicy(EvictionPolicy):
         self._history: deque[Key] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
         self._rebuild: Rebuild | None = None  # while a switch is under way
         self._exact = False  # every key sampled: the shadows are full-size replicas
-        self._lead = hysteresis  # the lead a challenger needs, a share of the window
+        self._lead = hysteresis  # the lead a challenger needs, a share of the window (twins: less)
         self._following = False  # exact, since the first switch: the cache follows (`_follow`)
         self._strays: dict[Key, None] = {}  # following: resident keys the leading shadow lacks
         self._aligned = False  # following: the live policy makes the leading shadow's choices
@@ -241,7 +244,7 @@ class PoolPolicy(EvictionPolicy):
             self._history.clear()
         else:
             self._sampled = {key for key in self._keys if spot(key) < threshold}
-        self._lead = self.hysteresis * (EXACT_LEAD if self._exact else 1.0)
+        self._lead = self.hysteresis * (CHEAP_LEAD if self._exact else 1.0)
 
     def _plain_twin(self, i: int) -> int | None:
         """The plain candidate whose shadow candidate `i` shares while no hint has come."""
@@ -306,11 +309,20 @@ class PoolPolicy(EvictionPolicy):
                 wins[i] += 1 if (result >> i) & 1 else -1
             changed >>= 1
             i += 1
+        self._retarget()
+
+    def _retarget(self) -> None:
+        """The candidate with the most hits over the window becomes the target if it leads the
+        current one by the lead a switch to it needs (less between twins: `CHEAP_LEAD`)."""
+        wins = self._wins
         best = 0  # the first of the most hits (a loop: compiled, it beats max with a key)
         for i in range(1, len(wins)):
             if wins[i] > wins[best]:
                 best = i
-        lead_needed = self._lead * max(len(window), EARLY_WINDOW)
+        share = self._lead
+        if self._candidates[best].make is self._candidates[self.target].make:  # twins
+            share = self.hysteresis * CHEAP_LEAD
+        lead_needed = share * max(len(self._window), EARLY_WINDOW)
         if wins[best] > wins[self.target] + max(1.0, lead_needed):
             self.target = best
 

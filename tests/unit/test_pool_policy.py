@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cache_runtime.policies import Hint, make_policy
-from cache_runtime.pool import CANDIDATES, EXACT_LEAD, PoolPolicy
+from cache_runtime.pool import CANDIDATES, CHEAP_LEAD, DEFAULT_WINDOW, PoolPolicy
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.tiers.memory import MemoryTier
@@ -297,7 +297,22 @@ def test_where_every_key_is_sampled_a_challenger_needs_a_smaller_lead() -> None:
     """There the cache follows the exact shadow, so a switch costs only a refill."""
     exact, sampled = PoolPolicy(capacity=100), PoolPolicy(capacity=10_000)
     assert exact.effective_rate == 1.0 and (sampled.effective_rate or 1.0) < 1.0
-    assert exact._lead == pytest.approx(EXACT_LEAD * sampled._lead) and EXACT_LEAD < 1
+    assert exact._lead == pytest.approx(CHEAP_LEAD * sampled._lead) and CHEAP_LEAD < 1
+
+
+def test_a_twin_needs_half_the_lead_another_candidate_needs() -> None:
+    """A switch between a hinted candidate and its plain twin rebuilds nothing (the same policy,
+    hints on or off), so a lead that moves the pool to the twin does not move it elsewhere."""
+    pool = PoolPolicy(("prefix-slru", "slru", "lru"), capacity=10_000)
+    assert (pool.effective_rate or 1.0) < 1
+    pool._window.extend([0] * DEFAULT_WINDOW)
+    lead = int(0.75 * pool.hysteresis * DEFAULT_WINDOW)  # between half the lead and all of it
+    for challenger, moves in ((2, False), (1, True)):
+        pool.target = 0
+        pool._wins = [100, 100, 100]
+        pool._wins[challenger] += lead
+        pool._retarget()
+        assert (pool.target == challenger) is moves
 
 
 def test_the_tier_serves_the_pool_by_default() -> None:
