@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from mypy_extensions import mypyc_attr
 
-from cache_runtime.policies import EvictionPolicy, Hint, Key, first_evictable
+from cache_runtime.policies import EvictionPolicy, Hint, Key, first_evictable, keep_nothing
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -103,10 +103,11 @@ class S3FIFOPolicy(EvictionPolicy):
             self._capacity = len(freq)
             self._first_fill(max(1, int(self._capacity * self.small_share)))
         target = max(1, int(self._capacity * self.small_share))
+        free = keep is keep_nothing
         for _ in range(2 * len(freq) + 2):  # every key passes at most twice: then all are kept
             if small and (len(main) <= self._capacity - target or not main):
                 key = next(iter(small))
-                if keep(key):
+                if not free and keep(key):
                     small.move_to_end(key)
                 elif freq[key] >= self.promote_at:
                     del small[key]
@@ -116,7 +117,7 @@ class S3FIFOPolicy(EvictionPolicy):
                     return key
             elif main:
                 key = next(iter(main))
-                if keep(key):
+                if not free and keep(key):
                     main.move_to_end(key)
                 elif freq[key] > 0:
                     freq[key] -= 1

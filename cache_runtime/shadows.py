@@ -11,7 +11,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from cache_runtime.policies import EvictionPolicy, Key
+from cache_runtime.policies import EvictionPolicy, Key, keep_nothing
 
 # history accesses a rebuild replays per eviction, on top of the accesses since the previous
 # one (so it always gains): a switch completes within `pool.MAX_HISTORY` / REBUILD_STEP evictions,
@@ -32,10 +32,6 @@ def spot(key: object) -> int:
     return zlib.crc32(str(key).encode()) >> (32 - SPOT_BITS)
 
 
-def _never(_: object) -> bool:
-    return False
-
-
 class Shadow:
     """A small simulated cache of one candidate over the sampled keys."""
 
@@ -54,7 +50,7 @@ class Shadow:
             return True
         gone = None
         if len(self.resident) >= self.capacity:
-            gone = self.policy.victim(_never)  # never None: nothing is kept
+            gone = self.policy.victim(keep_nothing)  # never None: nothing is kept
             if gone is not None:
                 self.policy.on_remove(gone)
                 self.resident.discard(gone)

@@ -12,11 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cache_runtime.policies import EvictionPolicy, Hint
-
-
-def _never(_: str) -> bool:
-    return False
+from cache_runtime.policies import EvictionPolicy, Hint, Key, keep_nothing
 
 
 def replay(
@@ -58,7 +54,7 @@ def replay(
     on_access, on_insert, on_remove, victim = (
         policy.on_access, policy.on_insert, policy.on_remove, policy.victim,
     )  # fmt: skip
-    keep: Callable[[str], bool] = _never
+    keep: Callable[[Key], bool] = keep_nothing
     for i, obj in enumerate(keys):
         key = obj  # ints are valid dict keys; policies treat keys as opaque
         if obj in resident:
@@ -103,7 +99,7 @@ def _replay_priorities(
             on_access(obj, clock[i], priority[i])
             continue
         if len(resident) >= capacity:
-            gone = victim(_never)
+            gone = victim(keep_nothing)
             on_remove(gone)
             resident.discard(gone)
         on_insert(obj, clock[i], Hint.TAIL if tails[i] else None, priority[i])
@@ -150,7 +146,7 @@ def replay_with_app_hints(
             policy.on_access(obj, float(i))
         else:
             if len(resident) >= capacity:
-                gone = policy.victim(_never)
+                gone = policy.victim(keep_nothing)
                 policy.on_remove(gone)
                 resident.discard(gone)
             policy.on_insert(obj, float(i), hint_of[i])

@@ -3,10 +3,12 @@ test_pool_switch.py), and the candidates evict as their peers do."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
-from cache_runtime.policies import Hint, make_policy
+from cache_runtime.policies import Hint, keep_nothing, make_policy
 from cache_runtime.pool import CANDIDATES, CHEAP_LEAD, DEFAULT_WINDOW, PoolPolicy
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
@@ -262,6 +264,30 @@ def test_the_wins_are_the_windows_hits_per_candidate(window: int, accesses: int)
     for hits, result in pool._by_hits.items():
         assert result == sum(1 << i for i, j in enumerate(pool._slots) if (hits >> j) & 1)
     assert len(set(pool._slots)) == len(pool.pool)  # forked twins: the memo rebuilt for them
+
+
+def _victims(name: str, keep: Callable[[object], bool]) -> list[object]:
+    """The keys candidate `name` evicts, as a cache of 60 entries, asked with `keep`."""
+    policy, resident, victims = CANDIDATES[name].make(), set(), []
+    for key in (np.random.default_rng(3).zipf(1.2, 20_000) % 600).tolist():
+        if key in resident:
+            policy.on_access(key, 0.0)
+            continue
+        if len(resident) >= 60:
+            gone = policy.victim(keep)
+            policy.on_remove(gone)
+            resident.discard(gone)
+            victims.append(gone)
+        policy.on_insert(key, 0.0, None)
+        resident.add(key)
+    return victims
+
+
+@pytest.mark.parametrize("name", ["lru", "mq", "mq-short", "arc", "slru", "s3fifo", "lirs"])
+def test_a_cache_that_protects_nothing_skips_keep_and_evicts_the_same(name: str) -> None:
+    """The shadows and the replays pass `keep_nothing`, which the victims do not call; any
+    other `keep` that protects nothing must get the same victims."""
+    assert _victims(name, keep_nothing) == _victims(name, lambda _: False)
 
 
 @pytest.mark.parametrize("policy", [S3FIFOPolicy, MQPolicy, LIRSPolicy])
