@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from mypy_extensions import mypyc_attr
 
 from cache_runtime.handover import Handover
-from cache_runtime.policies import EvictionPolicy, Key, LRUPolicy
+from cache_runtime.policies import EvictionPolicy, Key, LRUPolicy, first_evictable
 from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 from cache_runtime.shadows import SPOT_BITS, Rebuild, Shadow, spot
@@ -195,9 +195,6 @@ class PoolPolicy(EvictionPolicy):
         self._following = False  # exact, since the first switch: the cache follows (`_follow`)
         self._strays: dict[Key, None] = {}  # following: resident keys the leading shadow lacks
         self._aligned = False  # following: the live policy makes the leading shadow's choices
-        # the candidate whose kind the live policy is: not its type, for two candidates share
-        # one (MQ at two lifetimes)
-        self._live_make: Callable[[], EvictionPolicy] = self._candidates[0].make
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity)
@@ -223,8 +220,12 @@ class PoolPolicy(EvictionPolicy):
         return None if self._shadows is None else self._rate
 
     def _install(self, live: EvictionPolicy) -> None:
+        """`live`, the leader's policy, evicts from now on."""
         self._live = live
         self._hinted = self._candidates[self.leader].hinted
+        # the candidate whose kind the live policy is: not its type, for two candidates share
+        # one (MQ at two lifetimes)
+        self._live_make = self._candidates[self.leader].make
 
     def _start(self, capacity: int) -> None:
         self._rate = min(1.0, max(self.sample_rate, self.min_shadow / max(1, capacity)))
@@ -241,7 +242,7 @@ class PoolPolicy(EvictionPolicy):
         self._exact = self._rate == 1.0
         if self._exact:  # every key sampled: one set, and no history (nothing is rebuilt)
             self._sampled = self._keys
-            self._history.clear()
+            self._history = deque(maxlen=0)
         else:
             self._sampled = {key for key in self._keys if spot(key) < threshold}
         self._lead = self.hysteresis * (CHEAP_LEAD if self._exact else 1.0)
@@ -381,11 +382,9 @@ class PoolPolicy(EvictionPolicy):
         self.switches.append((self._seen, self.leader_name))
         if live is not None:
             self._install(live)
-            self._live_make = self._candidates[self.leader].make
 
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
-        if not self._exact:  # where every key is sampled nothing is rebuilt
-            self._history.append(key)
+        self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
         self._keys.add(key)  # where every key is sampled, also `_sampled`: the same set
@@ -397,8 +396,7 @@ class PoolPolicy(EvictionPolicy):
             self._observe(key, hint)
 
     def on_access(self, key: Key, now: float) -> None:
-        if not self._exact:
-            self._history.append(key)
+        self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
         self._live.on_access(key, now)
@@ -409,8 +407,7 @@ class PoolPolicy(EvictionPolicy):
         """The leader in bulk; the shadows replay the sampled hits one by one, repeats
         included (a shadow, smaller than the cache, may miss and evict between them)."""
         self._live.on_access_many(keys)
-        if not self._exact:
-            self._history.extend(keys)
+        self._history.extend(keys)
         if self._rebuild is not None:
             self._rebuild.feed_many(keys)
         for key in filter(self._sampled.__contains__, keys):
@@ -456,14 +453,13 @@ class PoolPolicy(EvictionPolicy):
         any switch the live policy is the leader's own, fed since the cache started, and stays:
         a copy of a shadow started when the cache filled knows less (ARC's target size, a
         test's mixed trace: 8 hits fewer in 60,000)."""
-        for key in self._strays:
-            if not keep(key):
-                return key
+        stray = first_evictable(self._strays, keep)
+        if stray is not None:
+            return stray
         if not self._aligned:
             shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
             if self._keys == shadow.resident:
                 self._install(copy.deepcopy(shadow.policy))
-                self._live_make = self._candidates[self.leader].make
                 self._aligned = True
         return None
 
