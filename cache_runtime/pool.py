@@ -26,8 +26,9 @@ two-member `DuelingPolicy` did): with eight candidates every miss costs eight in
 removals, and the replay fell to a sixth of LRU's speed; a switch costs one replay of the
 history and one pass over what the new leader knows, and hysteresis keeps switches rare.
 
-Where every key is sampled (caches of at most `min_shadow` entries), each shadow is itself a
-full-size replay of the trace since the cache filled, so the cache follows the leading one
+Where every key is sampled (caches of at most 2 x `min_shadow` entries: `EXACT_FROM`), each
+shadow is itself a full-size replay of the trace since the cache filled, so the cache follows
+the leading one
 exactly, with no rebuild (`_follow`): it evicts first the resident keys that shadow does not
 hold (at a switch, in the old leader's order; later, as the shadow drops them), and whenever it
 holds exactly what the shadow holds, the live policy becomes a copy of the shadow and makes the
@@ -36,8 +37,10 @@ became ghosts, over the 44 cells (2026-12-06): summed margin to the best libCach
 -0.035 -> -0.027, worst ratio 0.879 -> 0.910 (cs 5%), cells short 16 -> 15 (multi1 1%: 0.171 ->
 0.180); the 40 cells at sizes the command does not measure +0.033 summed. That copy, left to
 itself, stayed apart from the shadow for good: on cs at 5%, 9 of 70 keys after the switch, on
-every pass of a loop larger than the cache. Rejected: following exactly up to 256 entries (rate
-1 wherever the sampling would be 0.5 or more): +0.012 on the 44 cells, -0.001 on the 40.
+every pass of a loop larger than the cache. Following exactly up to 256 entries (rate 1
+wherever the sampling would be 0.5 or more) was mixed at first (+0.012 on the 44 cells, -0.001
+on the 40); with W-TinyLFU in the pool it is what keeps that candidate's detours cheap
+(`EXACT_FROM`).
 
 Elsewhere the rebuild is spread over evictions (`shadows.Rebuild`): each `victim` call replays
 `REBUILD_STEP` accesses of the history plus those that came since the previous call, and the
@@ -57,13 +60,19 @@ the tier's lock, 38 ms for a 131,072-entry cache's 8,192-entry shadows, 6 ms for
 whose requests carry hints from the start forks while the shadows are still empty, since they
 start when the cache first fills). A trace or node without hints runs six shadows, not nine:
 over the 44 cells, the same hits in every cell, and 1.05-1.5x the accesses per second (cs,
-every key sampled: 160,000 -> 216,000). With "mq-short" in, seven and ten.
+every key sampled: 160,000 -> 216,000). With "mq-short" in, seven and ten; with "wtinylfu",
+eight and eleven.
 
 Per sampled access the selector touches only the candidates whose hit differs from the access
 leaving the window (most accesses hit or miss in every shadow alike), and where every key is
 sampled it keeps no history and computes no hash: the same hits in all 84 cells of the sweep
 (the 44 and 40 held-out sizes), cs 225,600 -> 254,500 accesses/s with six shadows (2026-12-06),
-which paid for the seventh.
+which paid for the seventh. The eighth (W-TinyLFU) was paid for where every key is sampled
+and nothing is protected, as in a trace's replay: the leading shadow, holding what the cache
+holds, is the live policy itself (`_merge`), so the cache's calls drive it and it is not
+replayed twice; and a shadow's miss evicts in one call (`EvictionPolicy.evict`). cs replays
+at about 224,000 accesses/s, as before the eighth (225,000; best of 3, runs alternated, with
+the same hits in all 84 cells of the sweep as without either, 2026-12-06).
 """
 
 from __future__ import annotations
@@ -77,9 +86,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from mypy_extensions import mypyc_attr
 
 from cache_runtime.handover import Handover
-from cache_runtime.policies import EvictionPolicy, Key, LRUPolicy, first_evictable
+from cache_runtime.policies import EvictionPolicy, Key, LRUPolicy, first_evictable, keep_nothing
 from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
-from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
+from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy, WTinyLFUPolicy
 from cache_runtime.shadows import SPOT_BITS, Rebuild, Shadow, spot
 
 if TYPE_CHECKING:
@@ -120,6 +129,14 @@ CANDIDATES: dict[str, Candidate] = {
     "arc": Candidate(PrefixARC, False, "small caches whose reuse distances shift"),
     "slru": Candidate(PrefixSLRU, False, "a protected working set that fits (Mooncake 10%)"),
     "s3fifo": Candidate(S3FIFOPolicy, False, "cache2k web07 at 1%: one-hit wonders"),
+    # W-TinyLFU: libCacheSim's led every candidate at cs 20% and ps 5% (0.1687, 0.3620; the
+    # pool 0.1593, 0.3357). In, over the 44 cells (2026-12-06, with `EXACT_FROM`): summed
+    # margin to the best libCacheSim policy -0.006 -> +0.056, the 40 held-out sizes +0.159;
+    # cs 20%, ps 5% and cpp 20% reach the best, but multi2 10-20% and multi3 10% fall short
+    # (the shadows follow it for a while where LIRS wins at full size: multi3 10% -0.026); 13
+    # cells short as before, worst ratio unchanged (cs 5%). Rejected twice before, when a
+    # switch still cost more than it gained (ninth session: the worst ratio 0.77, cs 5%)
+    "wtinylfu": Candidate(WTinyLFUPolicy, False, "cs 20%, ps 5%: frequency that outlives eviction"),
 }
 DEFAULT_POOL = tuple(CANDIDATES)
 # as `settings.PolicySettings`' defaults (a test holds them equal)
@@ -146,6 +163,13 @@ EARLY_WINDOW = 1024
 # (fifteenth session) Mooncake 10% with session and turn went 0.2736 -> 0.2798 (the tail hint
 # alone: 0.2757), and none of the 84 cells of the sweep changed (no twin switches without them)
 CHEAP_LEAD = 0.5
+# where the rate `min_shadow` needs is this or more, every key is sampled: sampling would save
+# at most half the shadows' work, and the cache then follows its exact shadow with no rebuild at
+# a switch (caches of 129-256 entries at the defaults). Over the 44 cells (2026-12-06, with
+# W-TinyLFU in the pool): cs 10% 0.0720 -> 0.0838 (W-TinyLFU's detour there, rebuilt, cost
+# 0.018), summed +0.017, the 40 held-out sizes +0.038; without W-TinyLFU +0.014 and -0.002
+# (the fourteenth session's mixed result). A configured `sample_rate` is kept as it is
+EXACT_FROM = 0.5
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -195,9 +219,12 @@ class PoolPolicy(EvictionPolicy):
         self._following = False  # exact, since the first switch: the cache follows (`_follow`)
         self._strays: dict[Key, None] = {}  # following: resident keys the leading shadow lacks
         self._aligned = False  # following: the live policy makes the leading shadow's choices
+        self._merged = -1  # the slot whose shadow's policy is the live policy (`_merge`)
+        self._protecting = False  # a victim was asked with a `keep` that protects: never merge
+        self._named: Key | None = None  # merged: the victim just named, which goes next
         self._install(self._candidates[0].make())
         if capacity is not None:
-            self._start(capacity)
+            self._start(capacity, fresh=True)
 
     @classmethod
     def from_settings(cls, settings: PolicySettings) -> PoolPolicy:
@@ -227,8 +254,9 @@ class PoolPolicy(EvictionPolicy):
         # one (MQ at two lifetimes)
         self._live_make = self._candidates[self.leader].make
 
-    def _start(self, capacity: int) -> None:
-        self._rate = min(1.0, max(self.sample_rate, self.min_shadow / max(1, capacity)))
+    def _start(self, capacity: int, fresh: bool = False) -> None:
+        floor = self.min_shadow / max(1, capacity)  # the rate a shadow of `min_shadow` needs
+        self._rate = 1.0 if floor >= EXACT_FROM else max(self.sample_rate, min(1.0, floor))
         self._threshold = round(self._rate * (1 << SPOT_BITS))
         size = round(self._rate * capacity)
         twins = [self._plain_twin(i) for i in range(len(self.pool))]
@@ -246,6 +274,8 @@ class PoolPolicy(EvictionPolicy):
         else:
             self._sampled = {key for key in self._keys if spot(key) < threshold}
         self._lead = self.hysteresis * (CHEAP_LEAD if self._exact else 1.0)
+        if self._exact and fresh:  # nothing fed yet: the live policy and its shadow are one
+            self._merge()
 
     def _plain_twin(self, i: int) -> int | None:
         """The plain candidate whose shadow candidate `i` shares while no hint has come."""
@@ -270,16 +300,19 @@ class PoolPolicy(EvictionPolicy):
                 self._by_hits = {}
                 shadows.append(shared.replica(True))
 
-    def _observe(self, key: Key, hint: str | None) -> None:
+    def _observe(self, key: Key, hint: str | None, cached: bool) -> None:
         if hint is not None and not self._forked:
             self._fork()
         # bit masks, not tuples of bools: nothing to allocate per access (cs: 1.07x)
-        shadows, slots, wins = self._shadows or [], self._slots, self._wins
+        shadows, slots, wins, merged = self._shadows or [], self._slots, self._wins, self._merged
         hit = 0  # bit j: shadow j hit
         for j in range(len(shadows)):
-            if shadows[j].access(key, hint):
+            if j == merged:  # the live policy has taken the access: the cache's hit is its
+                if cached:
+                    hit |= 1 << j
+            elif shadows[j].access(key, hint):
                 hit |= 1 << j
-        if self._following:
+        if self._following and merged < 0:
             strays, lead = self._strays, slots[self.leader]
             if strays:
                 strays.pop(key, None)  # the leading shadow holds it now
@@ -366,6 +399,8 @@ class PoolPolicy(EvictionPolicy):
         the live policy's order. The live policy stays, with its own hints, until the cache
         holds what the shadow holds and a copy of the shadow replaces it; one of the target's
         kind (a twin, or a switch back) stays as it is, as a twin switch does elsewhere."""
+        if self._merged >= 0 and self._slots[self.target] != self._merged:
+            self._unmerge()  # the old leader's shadow goes on as a shadow (twins share one)
         shadow = self._shadows[self._slots[self.target]]  # type: ignore[index]
         held = shadow.resident
         self._strays = {}  # a shadow that has not filled has let go of nothing
@@ -387,13 +422,15 @@ class PoolPolicy(EvictionPolicy):
         self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
+        if hint is not None and self._merged >= 0 and not self._forked:
+            self._unmerge()  # the first hint forks the shadows: from a shadow that has not seen it
         self._keys.add(key)  # where every key is sampled, also `_sampled`: the same set
         self._live.on_insert(key, now, hint if self._hinted else None)
         if self._exact:
-            self._observe(key, hint)
+            self._observe(key, hint, False)
         elif spot(key) < self._threshold:
             self._sampled.add(key)
-            self._observe(key, hint)
+            self._observe(key, hint, False)
 
     def on_access(self, key: Key, now: float) -> None:
         self._history.append(key)
@@ -401,26 +438,34 @@ class PoolPolicy(EvictionPolicy):
             self._rebuild.feed(key)
         self._live.on_access(key, now)
         if key in self._sampled:
-            self._observe(key, None)
+            self._observe(key, None, True)
 
     def on_access_many(self, keys: Sequence[Key]) -> None:
         """The leader in bulk; the shadows replay the sampled hits one by one, repeats
         included (a shadow, smaller than the cache, may miss and evict between them)."""
+        if self._merged >= 0:
+            self._unmerge()
         self._live.on_access_many(keys)
         self._history.extend(keys)
         if self._rebuild is not None:
             self._rebuild.feed_many(keys)
         for key in filter(self._sampled.__contains__, keys):
-            self._observe(key, None)
+            self._observe(key, None, True)
 
     def on_remove(self, key: Key) -> None:
+        if self._merged >= 0:
+            if key != self._named:  # a delete: the shadow must not see it
+                self._unmerge()
+            self._named = None
         self._keys.discard(key)
         self._strays.pop(key, None)
         self._sampled.discard(key)
         self._live.on_remove(key)
 
     def on_cold(self, key: Key) -> None:
-        if self._hinted:
+        if self._merged >= 0 and not self._forked:
+            self._unmerge()  # as in `on_insert`: the shadows fork on the first hint
+        if self._hinted and self._merged < 0:  # merged, the shadow's `cool` is the live's
             self._live.on_cold(key)
         if key in self._sampled:
             if not self._forked:
@@ -429,6 +474,10 @@ class PoolPolicy(EvictionPolicy):
                 shadow.cool(key)
 
     def victim(self, keep: Callable[[Key], bool]) -> Key | None:
+        if keep is not keep_nothing and not self._protecting:  # the memory tier: pinned keys
+            self._protecting = True  # a protected key would part the cache from its shadow
+            if self._merged >= 0:
+                self._unmerge()
         if self._shadows is None:  # the cache just filled: its size in entries is known now
             self._start(len(self._keys))
         live = self._live
@@ -442,6 +491,9 @@ class PoolPolicy(EvictionPolicy):
             stray = self._follow(keep)
             if stray is not None:
                 return stray
+        if self._merged >= 0:
+            self._named = self._live.victim(keep)
+            return self._named
         return self._live.victim(keep)
 
     def _follow(self, keep: Callable[[Key], bool]) -> Key | None:
@@ -459,9 +511,33 @@ class PoolPolicy(EvictionPolicy):
         if not self._aligned:
             shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
             if self._keys == shadow.resident:
-                self._install(copy.deepcopy(shadow.policy))
+                if self._protecting or (self._forked and shadow.hinted != self._hinted):
+                    self._install(copy.deepcopy(shadow.policy))
+                else:
+                    self._merge()
                 self._aligned = True
         return None
+
+    def _merge(self) -> None:
+        """Where every key is sampled and nothing is protected (a trace's replay), the leading
+        shadow, holding what the cache holds, *is* the live policy from now on: the cache's
+        calls drive it, and `_observe` takes the cache's hit as its hit instead of replaying the
+        access through it a second time. The two would make the same choices anyway (`_follow`
+        copied the shadow for that); merged, one policy per access is saved. Whatever would set
+        them apart parts them first (`_unmerge`): a delete, a `keep` that protects, a switch,
+        the first hint (the hinted twins fork from a shadow that has not seen it)."""
+        slot = self._slots[self.leader]
+        shadow = self._shadows[slot]  # type: ignore[index]
+        self._install(shadow.policy)
+        shadow.resident = self._keys
+        self._merged = slot
+
+    def _unmerge(self) -> None:
+        """The live policy becomes a copy of the merged shadow's, which goes on alone."""
+        shadow = self._shadows[self._merged]  # type: ignore[index]
+        shadow.resident = set(self._keys)
+        self._install(copy.deepcopy(shadow.policy))
+        self._merged = -1
 
     def ranked(self) -> list[Key]:
         return self._live.ranked()

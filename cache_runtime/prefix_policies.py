@@ -88,6 +88,18 @@ class PrefixSLRU(EvictionPolicy):
                 return found
         return None
 
+    def evict(self) -> Key | None:
+        if self._capacity is None:
+            self._capacity = len(self._probation) + len(self._protected)
+        for segment in (self._probation, self._protected):
+            if segment:
+                key = segment.popitem(last=False)[0]
+                self._ghosts[key] = None
+                while len(self._ghosts) > max(len(self._probation) + len(self._protected), 1):
+                    self._ghosts.popitem(last=False)
+                return key
+        return None
+
     def ranked(self) -> list[Key]:
         return [*self._probation, *self._protected]
 
@@ -182,6 +194,25 @@ class PrefixARC(EvictionPolicy):
             if found is not None:
                 return found
         return None
+
+    def evict(self) -> Key | None:
+        if self._capacity is None:
+            self._capacity = len(self._t1) + len(self._t2)
+        c = self._capacity or 1
+        t1_first = bool(self._t1) and (len(self._t1) > self._p or not self._t2)
+        if t1_first:
+            key = self._t1.popitem(last=False)[0]
+            self._b1[key] = None
+        elif self._t2:
+            key = self._t2.popitem(last=False)[0]
+            self._b2[key] = None
+        else:
+            return None
+        while len(self._b1) + len(self._t1) > c and self._b1:
+            self._b1.popitem(last=False)
+        while len(self._b1) + len(self._b2) + len(self._t1) + len(self._t2) > 2 * c and self._b2:
+            self._b2.popitem(last=False)
+        return key
 
     def ranked(self) -> list[Key]:
         return [*self._t1, *self._t2]

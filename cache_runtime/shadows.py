@@ -11,7 +11,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from cache_runtime.policies import EvictionPolicy, Key, keep_nothing
+from cache_runtime.policies import EvictionPolicy, Key
 
 # history accesses a rebuild replays per eviction, on top of the accesses since the previous
 # one (so it always gains): a switch completes within `pool.MAX_HISTORY` / REBUILD_STEP evictions,
@@ -50,9 +50,8 @@ class Shadow:
             return True
         gone = None
         if len(self.resident) >= self.capacity:
-            gone = self.policy.victim(keep_nothing)  # never None: nothing is kept
+            gone = self.policy.evict()  # never None: nothing is kept
             if gone is not None:
-                self.policy.on_remove(gone)
                 self.resident.discard(gone)
         self.gone = gone
         self.policy.on_insert(key, 0.0, hint if self.hinted else None)

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from cache_runtime.policies import Hint, keep_nothing, make_policy
+from cache_runtime.policies import Hint, LRUPolicy, keep_nothing, make_policy
 from cache_runtime.pool import CANDIDATES, CHEAP_LEAD, DEFAULT_WINDOW, PoolPolicy
-from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
+from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy, WTinyLFUPolicy
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.tiers.memory import MemoryTier
 
@@ -64,6 +64,13 @@ def _shifting_hot(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | No
     return _interleave(hot, 10**7 + np.arange(hot.size)), None
 
 
+def _pairs_among_skewed(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Skewed keys re-read at distances beyond the cache, between scan keys each read twice:
+    MQ's long lifetime keeps a scan key read twice above them; counts that outlive eviction
+    admit a skewed key over a scan key."""
+    return _interleave(rng.zipf(1.05, 40_000) % (4 * C), 10**7 + np.arange(40_000) // 2), None
+
+
 # candidate -> (a rival that leads first, the trace built to favour the candidate over it)
 FAVOURED = {
     "lirs": ("lru", _loop),
@@ -75,6 +82,7 @@ FAVOURED = {
     "mq-short": ("mq", _shifting_hot),
     "prefix-arc": ("arc", _tails),
     "prefix-slru": ("slru", _tails),
+    "wtinylfu": ("mq", _pairs_among_skewed),
 }
 
 
@@ -230,9 +238,10 @@ def test_a_hinted_candidate_shares_its_twins_shadow_until_the_first_hint() -> No
 def test_hysteresis_keeps_a_tie_from_flapping() -> None:
     rng = np.random.default_rng(1)
     accesses = rng.integers(0, 3 * C, 40_000)  # uniform: every policy hits about 1/3
-    pool = PoolPolicy(("lru", "arc", "s3fifo"), capacity=C, hysteresis=0.02)
+    # sampled (a rate of 0.32): where every key is sampled a switch needs half the lead
+    pool = PoolPolicy(("lru", "arc", "s3fifo"), capacity=C, hysteresis=0.02, min_shadow=64)
     replay(pool, accesses, np.arange(len(accesses)), C)
-    assert len(pool.switches) <= 2
+    assert (pool.effective_rate or 1.0) < 0.5 and len(pool.switches) <= 2
 
 
 def _drive(pool: PoolPolicy, keys: np.ndarray, hint_from: int) -> None:
@@ -266,16 +275,20 @@ def test_the_wins_are_the_windows_hits_per_candidate(window: int, accesses: int)
     assert len(set(pool._slots)) == len(pool.pool)  # forked twins: the memo rebuilt for them
 
 
-def _victims(name: str, keep: Callable[[object], bool]) -> list[object]:
-    """The keys candidate `name` evicts, as a cache of 60 entries, asked with `keep`."""
+def _victims(name: str, keep: Callable[[object], bool] | None) -> list[object]:
+    """The keys candidate `name` evicts, as a cache of 60 entries, asked with `keep` (None:
+    through `evict`, as a shadow asks)."""
     policy, resident, victims = CANDIDATES[name].make(), set(), []
     for key in (np.random.default_rng(3).zipf(1.2, 20_000) % 600).tolist():
         if key in resident:
             policy.on_access(key, 0.0)
             continue
         if len(resident) >= 60:
-            gone = policy.victim(keep)
-            policy.on_remove(gone)
+            if keep is None:
+                gone = policy.evict()
+            else:
+                gone = policy.victim(keep)
+                policy.on_remove(gone)
             resident.discard(gone)
             victims.append(gone)
         policy.on_insert(key, 0.0, None)
@@ -283,14 +296,18 @@ def _victims(name: str, keep: Callable[[object], bool]) -> list[object]:
     return victims
 
 
-@pytest.mark.parametrize("name", ["lru", "mq", "mq-short", "arc", "slru", "s3fifo", "lirs"])
+@pytest.mark.parametrize(
+    "name", ["lru", "mq", "mq-short", "arc", "slru", "s3fifo", "lirs", "wtinylfu"]
+)
 def test_a_cache_that_protects_nothing_skips_keep_and_evicts_the_same(name: str) -> None:
-    """The shadows and the replays pass `keep_nothing`, which the victims do not call; any
-    other `keep` that protects nothing must get the same victims."""
-    assert _victims(name, keep_nothing) == _victims(name, lambda _: False)
+    """The replays pass `keep_nothing`, which the victims do not call, and the shadows call
+    `evict` (the victim and its removal at once); any other `keep` that protects nothing must
+    get the same victims."""
+    protecting_nothing = _victims(name, lambda _: False)
+    assert _victims(name, keep_nothing) == protecting_nothing == _victims(name, None)
 
 
-@pytest.mark.parametrize("policy", [S3FIFOPolicy, MQPolicy, LIRSPolicy])
+@pytest.mark.parametrize("policy", [S3FIFOPolicy, MQPolicy, LIRSPolicy, WTinyLFUPolicy])
 def test_candidates_evict_only_resident_keys_and_honour_keep(policy: type) -> None:
     rng = np.random.default_rng(2)
     live, resident = policy(), set()
@@ -310,12 +327,62 @@ def test_candidates_evict_only_resident_keys_and_honour_keep(policy: type) -> No
     assert set(live.ranked()) == resident
 
 
+def _fill(policy: WTinyLFUPolicy, keys: list[int], capacity: int, resident: set[int]) -> int:
+    """`keys` through `policy` as a cache of `capacity` entries; returns the hits."""
+    hits = 0
+    for key in keys:
+        if key in resident:
+            policy.on_access(key, 0.0)
+            hits += 1
+            continue
+        if len(resident) >= capacity:
+            gone = policy.victim(keep_nothing)
+            policy.on_remove(gone)  # type: ignore[arg-type]
+            resident.discard(gone)  # type: ignore[arg-type]
+        policy.on_insert(key, 0.0, None)
+        resident.add(key)
+    return hits
+
+
+def test_wtinylfu_admits_by_counts_that_outlive_eviction() -> None:
+    """A scan read once cannot push out keys read often: each scan key leaves through the
+    window, its count (1) below main's victim's. A popular key evicted by a burst comes back
+    in over a key read once, its count remembered while it was away."""
+    policy, resident = WTinyLFUPolicy(), set()
+    popular = list(range(80))
+    _fill(policy, popular * 4 + list(range(80, 100)), 100, resident)  # full: 80 read four times
+    _fill(policy, list(range(1000, 1300)), 100, resident)  # a scan of 3 x the cache
+    assert set(popular) <= resident
+    assert _fill(policy, popular, 100, resident) == 80
+    policy, resident = WTinyLFUPolicy(), set()
+    _fill(policy, list(range(10)) + [100] * 5, 10, resident)  # 100: in the window, read 5 times
+    _fill(policy, [200], 10, resident)  # pushes 100 out of the window: admitted, a key read once
+    assert 100 in resident and len(set(range(10)) - resident) == 2  # (200's own insert evicted)
+    lru, lru_resident = LRUPolicy(), set()
+    _fill(lru, popular * 4 + list(range(80, 100)) + list(range(1000, 1300)), 100, lru_resident)
+    assert not set(popular) & lru_resident  # recency alone lost every one
+
+
+def test_wtinylfu_halves_its_counts_every_ten_times_its_size() -> None:
+    """The past fades: after 10 x the cache's size requests every count is halved (and the
+    keys counted once forgotten), as Caffeine's sketch does."""
+    policy, resident = WTinyLFUPolicy(), set()
+    _fill(policy, list(range(10)) * 3, 10, resident)  # 30 requests, capacity unknown yet
+    _fill(policy, [10], 10, resident)  # the first eviction: the size is 10 from now on
+    assert policy._counts[0] == 3 and policy._counts[10] == 1
+    _fill(policy, [0] * 68, 10, resident)  # 99 requests so far
+    assert policy._counts[0] == 15  # capped, as a 4-bit counter
+    _fill(policy, [0], 10, resident)  # the 100th
+    assert policy._counts == {0: 7} | {k: 1 for k in range(1, 10)}  # 3 // 2: the fill's keys
+
+
 def test_pool_and_rate_are_checked() -> None:
     with pytest.raises(ValueError, match="choose from"):
         PoolPolicy(("lru", "belady"))
     with pytest.raises(ValueError, match="sample_rate"):
         PoolPolicy(sample_rate=0)
-    assert PoolPolicy(capacity=100, min_shadow=50).effective_rate == 0.5
+    assert PoolPolicy(capacity=1000, min_shadow=250).effective_rate == 0.25
+    assert PoolPolicy(capacity=100, min_shadow=50).effective_rate == 1.0  # 0.5 or more: all
     assert PoolPolicy(capacity=10**6).effective_rate == pytest.approx(1 / 16)
 
 

@@ -14,18 +14,19 @@ import numpy as np
 import pytest
 
 from cache_runtime.handover import Handover
-from cache_runtime.policies import LRUPolicy
+from cache_runtime.policies import Hint, LRUPolicy, keep_nothing
 from cache_runtime.pool import MAX_HISTORY, PoolPolicy
 from cache_runtime.queue_policies import S3FIFOPolicy
 from cache_runtime.shadows import REBUILD_STEP
 from cache_runtime.tiers.memory import MemoryTier
 
 C = 200
+SAMPLED = 64  # `min_shadow`: C's shadows hold 64 entries (a rate of 0.32), not every key
 
 
 def _lru_leading_hot_and_warm(size: int) -> tuple[PoolPolicy, list[int], list[int]]:
     """LRU leading a full cache of `size` entries: half of them read six times, half twice."""
-    pool = PoolPolicy(("lru", "mq"), capacity=size)
+    pool = PoolPolicy(("lru", "mq"), capacity=size, min_shadow=SAMPLED)
     hot, warm = list(range(size // 2)), list(range(size // 2, size))
     for key in hot + warm:
         pool.on_insert(key, 0.0, None)
@@ -93,15 +94,15 @@ def test_two_candidates_of_one_class_are_not_twins() -> None:
 
 @pytest.mark.parametrize("capacity", [C, 100], ids=["sampled", "every-key-sampled"])
 def test_a_switch_between_twins_keeps_the_state(capacity: int) -> None:
-    pool = PoolPolicy(("prefix-arc", "arc"), capacity=capacity)
+    pool = PoolPolicy(("prefix-arc", "arc"), capacity=capacity, min_shadow=SAMPLED)
     for key in range(capacity):
         pool.on_insert(key, 0.0, None)
     live = pool._live
     pool.target = 1  # the plain twin, as the shadows would name it
-    pool.victim(lambda _: False)
+    pool.victim(keep_nothing)
     assert pool.leader_name == "arc" and pool._live is live and not pool._hinted
     for key in range(capacity, 3 * capacity):  # a scan: no stray ever meets an equal shadow
-        pool.on_remove(pool.victim(lambda _: False))  # type: ignore[arg-type]
+        pool.on_remove(pool.victim(keep_nothing))  # type: ignore[arg-type]
         pool.on_insert(key, 0.0, None)
         assert pool._live is live
 
@@ -151,7 +152,7 @@ def _serve(pool: PoolPolicy, keys: list[object], capacity: int, resident: set[ob
 def _switching_with_history(accesses: int) -> tuple[PoolPolicy, set[object]]:
     """LRU leading a full cache of C entries after `accesses` hits, told to hand over to LIRS
     (as the shadows would once LIRS leads them)."""
-    pool, resident = PoolPolicy(("lru", "lirs"), capacity=C), set()
+    pool, resident = PoolPolicy(("lru", "lirs"), capacity=C, min_shadow=SAMPLED), set()
     _serve(pool, list(range(C)), C, resident)
     for _ in range(accesses // C):
         pool.on_access_many(list(range(C)))  # type: ignore[arg-type]
@@ -364,7 +365,7 @@ def test_a_lost_key_of_s3fifo_main_returns_to_main() -> None:
 
 def test_a_switch_hands_over_every_resident_key() -> None:
     accesses = np.tile(np.arange(int(1.3 * C)), 60)  # a loop a bit larger than the cache
-    pool = PoolPolicy(("lru", "lirs"), capacity=C)
+    pool = PoolPolicy(("lru", "lirs"), capacity=C, min_shadow=SAMPLED)
     resident: set[object] = set()
     _serve(pool, accesses.tolist(), C, resident)
     assert pool.switches and set(pool.ranked()) == resident
@@ -426,3 +427,63 @@ def test_a_switch_removes_in_the_same_order_in_every_process() -> None:
     assert len(runs) == 1
     removed = json.loads(runs.pop())
     assert {f"hot-{i}" for i in range(6)} <= set(removed)  # the switch did remove hot pages
+
+
+def _drive_exact(
+    keep: object, keys: list[int], delete_at: int, hint_from: int
+) -> tuple[PoolPolicy, list[object], int, list[int], int]:
+    """`keys` through the default pool as a cache of 100 entries (every key sampled) asking
+    for victims with `keep`; one delete at `delete_at`, tail hints from `hint_from` on.
+    Returns the pool, its victims, the hits, the steps where it ran merged (as the step
+    began) and the step of the first hint."""
+    pool, resident, victims, hits, merged = PoolPolicy(capacity=100), set(), [], 0, []
+    first_hint = -1
+    for n, key in enumerate(keys):
+        if n == delete_at:
+            doomed = min(resident)
+            pool.on_remove(doomed)
+            resident.discard(doomed)
+        if pool._merged >= 0:
+            merged.append(n)
+        for j, shadow in enumerate(pool._shadows or ()):  # only the merged one is the cache's
+            is_merged = j == pool._merged
+            assert (shadow.policy is pool._live) == (shadow.resident is pool._keys) == is_merged
+        if key in resident:
+            pool.on_access(key, 0.0)
+            hits += 1
+            continue
+        if len(resident) >= 100:
+            gone = pool.victim(keep)  # type: ignore[arg-type]
+            victims.append(gone)
+            pool.on_remove(gone)  # type: ignore[arg-type]
+            resident.discard(gone)
+        hint = Hint.TAIL if n >= hint_from and n % 5 == 4 else None
+        if hint is not None and first_hint < 0:
+            first_hint = n
+        pool.on_insert(key, 0.0, hint)
+        resident.add(key)
+    return pool, victims, hits, merged, first_hint
+
+
+def test_merged_with_its_shadow_the_cache_makes_the_same_choices() -> None:
+    """Where every key is sampled and nothing is protected, the leading shadow is the live
+    policy (`_merge`): one policy per access saved. Merged or not (a `keep` that protects
+    nothing, as the tier's, never merges) the pool names the same victims and switches alike,
+    through switches, a delete and the first hint, which part the two first."""
+    rng = np.random.default_rng(11)
+    phases = [rng.zipf(1.2, 6000) % 400, np.tile(np.arange(130), 40), rng.integers(0, 300, 6000)]
+    keys = np.concatenate(phases * 2).tolist()
+    delete_at, hint_from = 9000, 3 * len(keys) // 4
+    merged = _drive_exact(keep_nothing, keys, delete_at, hint_from)
+    apart = _drive_exact(lambda _: False, keys, delete_at, hint_from)
+
+    assert merged[1:3] == apart[1:3] and merged[0].switches == apart[0].switches
+    assert len(merged[0].switches) >= 2
+    # apart from its first victim on: merged only while the cache filled
+    assert apart[3] == list(range(len(apart[3]))) and apart[0]._merged == -1
+    steps = merged[3]
+    assert steps[0] == 0  # from the start: the cache's size was known
+    first_hint = merged[4]
+    assert delete_at - 1 in steps and delete_at not in steps  # the delete parts them
+    assert first_hint in steps and first_hint + 1 not in steps  # so does the first hint
+    assert any(delete_at < n < first_hint for n in steps)  # merged again once aligned
