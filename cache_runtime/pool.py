@@ -166,8 +166,8 @@ CHEAP_LEAD = 0.5
 # where the rate `min_shadow` needs is this or more, every key is sampled: sampling would save
 # at most half the shadows' work, and the cache then follows its exact shadow with no rebuild at
 # a switch (caches of 129-256 entries at the defaults). Over the 44 cells (2026-12-06, with
-# W-TinyLFU in the pool): cs 10% 0.0720 -> 0.0838 (W-TinyLFU's detour there, rebuilt, cost
-# 0.018), summed +0.017, the 40 held-out sizes +0.038; without W-TinyLFU +0.014 and -0.002
+# W-TinyLFU in the pool): cs 10% 0.0720 -> 0.0838 (+0.012: W-TinyLFU's detour there, rebuilt),
+# summed +0.017, the 40 held-out sizes +0.038; without W-TinyLFU +0.014 and -0.002
 # (the fourteenth session's mixed result). A configured `sample_rate` is kept as it is
 EXACT_FROM = 0.5
 
@@ -442,9 +442,13 @@ class PoolPolicy(EvictionPolicy):
 
     def on_access_many(self, keys: Sequence[Key]) -> None:
         """The leader in bulk; the shadows replay the sampled hits one by one, repeats
-        included (a shadow, smaller than the cache, may miss and evict between them)."""
+        included (a shadow, smaller than the cache, may miss and evict between them). Keys
+        removed since they were read (a concurrent delete in the tier) are skipped: the tier
+        does not filter for a policy that overrides this, and MQ's, LIRS's and W-TinyLFU's
+        `on_access` expect a cached key."""
         if self._merged >= 0:
             self._unmerge()
+        keys = [key for key in keys if key in self._keys]
         self._live.on_access_many(keys)
         self._history.extend(keys)
         if self._rebuild is not None:
@@ -478,6 +482,8 @@ class PoolPolicy(EvictionPolicy):
             self._protecting = True  # a protected key would part the cache from its shadow
             if self._merged >= 0:
                 self._unmerge()
+        if self._merged >= 0 and self._named is not None:  # a second victim before a removal:
+            self._unmerge()  # its queue moves are none of the shadow's
         if self._shadows is None:  # the cache just filled: its size in entries is known now
             self._start(len(self._keys))
         live = self._live
@@ -511,7 +517,8 @@ class PoolPolicy(EvictionPolicy):
         if not self._aligned:
             shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
             if self._keys == shadow.resident:
-                if self._protecting or (self._forked and shadow.hinted != self._hinted):
+                hinted = self._candidates[self.leader].hinted  # the new leader's, not the live's
+                if self._protecting or (self._forked and shadow.hinted != hinted):
                     self._install(copy.deepcopy(shadow.policy))
                 else:
                     self._merge()
@@ -524,8 +531,10 @@ class PoolPolicy(EvictionPolicy):
         calls drive it, and `_observe` takes the cache's hit as its hit instead of replaying the
         access through it a second time. The two would make the same choices anyway (`_follow`
         copied the shadow for that); merged, one policy per access is saved. Whatever would set
-        them apart parts them first (`_unmerge`): a delete, a `keep` that protects, a switch,
-        the first hint (the hinted twins fork from a shadow that has not seen it)."""
+        them apart parts them first (`_unmerge`): a delete, a second `victim` before a removal,
+        any `keep` but `keep_nothing` (the memory tier's: never merged again, `_protecting`), a
+        switch to another shadow, the first hint or `on_cold` before the twins fork (they fork
+        from a shadow that has not seen it), and the tier's bulk hits (`on_access_many`)."""
         slot = self._slots[self.leader]
         shadow = self._shadows[slot]  # type: ignore[index]
         self._install(shadow.policy)

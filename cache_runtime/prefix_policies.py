@@ -198,7 +198,7 @@ class PrefixARC(EvictionPolicy):
     def evict(self) -> Key | None:
         if self._capacity is None:
             self._capacity = len(self._t1) + len(self._t2)
-        c = self._capacity or 1
+        c = self._c()  # before the pop, as `on_remove` reads it
         t1_first = bool(self._t1) and (len(self._t1) > self._p or not self._t2)
         if t1_first:
             key = self._t1.popitem(last=False)[0]

@@ -377,11 +377,13 @@ class WTinyLFUPolicy(EvictionPolicy):
 
     Counts are exact (a dict, capped at 15 like the sketch's 4-bit counters) rather than a
     count-min sketch: the sketch exists to save memory in a cache of millions of entries, and
-    its collisions only add admission errors; here the counts live beside a policy whose own
-    queues already hold a dict entry per key. Against libCacheSim's WTinyLFU (same capacities,
-    no hints), over the 44 cells of `benchmarks/robustness.py` (2026-12-06): within 0.015 below
-    it or above it everywhere (cs 10%: 0.0796 against 0.0880; Mooncake 5%: 0.1304 against
-    0.0795), and it hits where libCacheSim's does not below about 100 entries (a window of 1%
+    its collisions only add admission errors. The counts hold keys that are not cached too (a
+    1,000-entry cache of a trace with 70% one-off keys counted 8,970), bounded by the halving,
+    which drops the keys counted once: at most 15 x the cache's size (10 x of requests between
+    halvings, half of that kept). Against libCacheSim's WTinyLFU (same capacities, no hints),
+    over the 44 cells of `benchmarks/robustness.py` (2026-12-06): within 0.015 below it or
+    above it everywhere (cs 10%: 0.0796 against 0.0880; Mooncake 5%: 0.1304 against 0.0795),
+    and it hits where libCacheSim's does not below about 100 entries (a window of 1%
     rounds to none there; this one keeps at least one entry)."""
 
     name = "wtinylfu"

@@ -99,7 +99,8 @@ def test_a_switch_between_twins_keeps_the_state(capacity: int) -> None:
         pool.on_insert(key, 0.0, None)
     live = pool._live
     pool.target = 1  # the plain twin, as the shadows would name it
-    pool.victim(keep_nothing)
+    pool.on_remove(pool.victim(keep_nothing))  # type: ignore[arg-type]
+    pool.on_insert(-1, 0.0, None)
     assert pool.leader_name == "arc" and pool._live is live and not pool._hinted
     for key in range(capacity, 3 * capacity):  # a scan: no stray ever meets an equal shadow
         pool.on_remove(pool.victim(keep_nothing))  # type: ignore[arg-type]
@@ -487,3 +488,35 @@ def test_merged_with_its_shadow_the_cache_makes_the_same_choices() -> None:
     assert delete_at - 1 in steps and delete_at not in steps  # the delete parts them
     assert first_hint in steps and first_hint + 1 not in steps  # so does the first hint
     assert any(delete_at < n < first_hint for n in steps)  # merged again once aligned
+
+
+def _events(keep: object) -> list[object]:
+    """A merged pool (with `keep_nothing`) through the calls that part it: `on_cold` before
+    any hint, two victims before a removal; and bulk hits on a key deleted meanwhile, which
+    the tier does not filter for the pool. Returns what it names."""
+    pool, named = PoolPolicy(("prefix-lirs", "lirs", "wtinylfu", "mq"), capacity=10), []
+    for key in range(10):
+        pool.on_insert(key, 0.0, None)
+    for key in (10, 11):
+        named.append(pool.victim(keep))  # type: ignore[arg-type]
+        pool.on_remove(named[-1])  # type: ignore[arg-type]
+        pool.on_insert(key, 0.0, None)
+    pool.on_cold(5)
+    first, second = pool.victim(keep), pool.victim(keep)  # type: ignore[arg-type]
+    named += [first, second]
+    pool.on_remove(first)  # type: ignore[arg-type]
+    pool.on_remove(second)  # type: ignore[arg-type]
+    pool.on_access_many([second, 6, 7])  # type: ignore[list-item]
+    for key in (12, 13, 14):
+        pool.on_insert(key, 0.0, None)
+        named.append(pool.victim(keep))  # type: ignore[arg-type]
+        pool.on_remove(named[-1])  # type: ignore[arg-type]
+    return named
+
+
+def test_what_parts_a_merged_pool_parts_it_first() -> None:
+    """Merged or apart, the same victims: `on_cold` before the first hint cools the live
+    policy once (the key goes next), a second victim's queue moves stay off the shadow, and
+    a deleted key in a batch of hits is skipped, not a KeyError."""
+    merged, apart = _events(keep_nothing), _events(lambda _: False)
+    assert merged == apart and merged[2] == 5
