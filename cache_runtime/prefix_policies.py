@@ -70,9 +70,13 @@ class PrefixSLRU(EvictionPolicy):
 
     def on_remove(self, key: Key) -> None:
         if self._probation.pop(key, 0) is None or self._protected.pop(key, 0) is None:
-            self._ghosts[key] = None
-            while len(self._ghosts) > max(len(self._probation) + len(self._protected), 1):
-                self._ghosts.popitem(last=False)
+            self._remember(key)
+
+    def _remember(self, key: Key) -> None:
+        """A ghost of `key`, gone from the cache; the ghosts as many as the entries."""
+        self._ghosts[key] = None
+        while len(self._ghosts) > max(len(self._probation) + len(self._protected), 1):
+            self._ghosts.popitem(last=False)
 
     def on_cold(self, key: Key) -> None:
         if self._protected.pop(key, 0) is None or key in self._probation:
@@ -94,9 +98,7 @@ class PrefixSLRU(EvictionPolicy):
         for segment in (self._probation, self._protected):
             if segment:
                 key = segment.popitem(last=False)[0]
-                self._ghosts[key] = None
-                while len(self._ghosts) > max(len(self._probation) + len(self._protected), 1):
-                    self._ghosts.popitem(last=False)
+                self._remember(key)
                 return key
         return None
 
@@ -175,6 +177,10 @@ class PrefixARC(EvictionPolicy):
             self._b1[key] = None
         elif self._t2.pop(key, 0) is None:
             self._b2[key] = None
+        self._trim_ghosts(c)
+
+    def _trim_ghosts(self, c: int) -> None:
+        """B1 at most c with T1, the four lists at most 2c (the paper's bounds)."""
         while len(self._b1) + len(self._t1) > c and self._b1:
             self._b1.popitem(last=False)
         while len(self._b1) + len(self._b2) + len(self._t1) + len(self._t2) > 2 * c and self._b2:
@@ -208,10 +214,7 @@ class PrefixARC(EvictionPolicy):
             self._b2[key] = None
         else:
             return None
-        while len(self._b1) + len(self._t1) > c and self._b1:
-            self._b1.popitem(last=False)
-        while len(self._b1) + len(self._b2) + len(self._t1) + len(self._t2) > 2 * c and self._b2:
-            self._b2.popitem(last=False)
+        self._trim_ghosts(c)
         return key
 
     def ranked(self) -> list[Key]:

@@ -178,7 +178,11 @@ class MQPolicy(EvictionPolicy):
         if state is None:
             return
         self._queues[state[2]].pop(key, None)
-        self._ghost[key] = state[0]
+        self._remember(key, state[0])
+
+    def _remember(self, key: Key, hits: int) -> None:
+        """`key`'s count kept as a ghost, so that it keeps its rank if it returns."""
+        self._ghost[key] = hits
         while len(self._ghost) > self._ghost_factor * max(1, len(self._state)):
             self._ghost.popitem(last=False)
 
@@ -221,9 +225,7 @@ class MQPolicy(EvictionPolicy):
         for queue in self._queues:
             if queue:  # the lowest queue's least recent leaves; its count becomes a ghost
                 key = queue.popitem(last=False)[0]
-                self._ghost[key] = self._state.pop(key)[0]
-                while len(self._ghost) > self._ghost_factor * max(1, len(self._state)):
-                    self._ghost.popitem(last=False)
+                self._remember(key, self._state.pop(key)[0])
                 return key
         return None
 
@@ -321,6 +323,11 @@ class LIRSPolicy(EvictionPolicy):
             self._prune()
             return
         del self._queue[key]
+        self._forget_hir(key)
+
+    def _forget_hir(self, key: Key) -> None:
+        """A HIR key gone from the cache: its recency stays in the stack, as a ghost (as many
+        ghosts as resident keys at most)."""
         if key in self._stack:
             self._ghosts[key] = None
             while len(self._ghosts) > max(1, len(self._status)):
@@ -354,11 +361,7 @@ class LIRSPolicy(EvictionPolicy):
             return super().evict()
         key = self._queue.popitem(last=False)[0]  # the oldest resident HIR key
         del self._status[key]
-        if key in self._stack:  # its recency stays in the stack, as a ghost
-            self._ghosts[key] = None
-            while len(self._ghosts) > max(1, len(self._status)):
-                del self._stack[self._ghosts.popitem(last=False)[0]]
-            self._prune()
+        self._forget_hir(key)
         return key
 
     def ranked(self) -> list[Key]:
