@@ -53,7 +53,8 @@ eager hits switch at the same point and evict the same keys.
 Hints: a candidate marked "hinted" gets the tail / conversation hints and `on_cold`; the others
 never see them. A hinted candidate and its plain twin both have shadows, so the hint is used
 only as far as the shadows show it helps (a premature "conversation ended" that cools pages
-the next turn needs loses to the plain twin, and the plain twin leads).
+the next turn needs loses to the plain twin, and the plain twin leads): the two are a family,
+scored by the one whose hints have been shown to help or not (`_retarget`).
 Until a hint reaches the shadows, a hinted candidate's shadow is an exact replica of its plain
 twin's, so one shadow serves both; the first hint forks them by a copy (`_fork`: once, under
 the tier's lock, 38 ms for a 131,072-entry cache's 8,192-entry shadows, 6 ms for 1,024; a node
@@ -158,10 +159,11 @@ EARLY_WINDOW = 1024
 # is sampled the cache follows the exact shadow (`_follow`): a switch costs only the refill of
 # the keys the two disagree on. Over the 44 cells (2026-12-06) 0.5 gave +0.0047 summed and
 # +0.0076 at the 40 held-out sizes, no cell down by more than 0.0007 (worst ratio, cs 5%: 0.910
-# -> 0.922); 0.25 +0.0028 and +0.0093 but cs 5% 0.836; 2 +0.0030 and -0.0016. Between a hinted
-# candidate and its plain twin (the same policy, hints on or off) a switch costs nothing: there
-# (fifteenth session) Mooncake 10% with session and turn went 0.2736 -> 0.2798 (the tail hint
-# alone: 0.2757), and none of the 84 cells of the sweep changed (no twin switches without them)
+# -> 0.922); 0.25 +0.0028 and +0.0093 but cs 5% 0.836; 2 +0.0030 and -0.0016. A switch between
+# a hinted candidate and its plain twin costs nothing too (the same policy, hints on or off),
+# but it needs the full lead: choosing a twin also rescores its family (`_retarget`), and with
+# this share instead, Mooncake's tail hint at 5 and 10% went below no hints (0.1619 and 0.2686
+# against 0.1631 and 0.2701; with the full lead 0.1619 and 0.2701)
 CHEAP_LEAD = 0.5
 # where the rate `min_shadow` needs is this or more, every key is sampled: sampling would save
 # at most half the shadows' work, and the cache then follows its exact shadow with no rebuild at
@@ -222,6 +224,20 @@ class PoolPolicy(EvictionPolicy):
         self._merged = -1  # the slot whose shadow's policy is the live policy (`_merge`)
         self._protecting = False  # a victim was asked with a `keep` that protects: never merge
         self._named: Key | None = None  # merged: the victim just named, which goes next
+        # families: a plain candidate and the hinted twins that share its policy (`_plain_twin`),
+        # named by the plain one, their head (a hinted candidate with no plain twin heads its
+        # own). Heads in the pool's order of their first member: on a tie the first wins
+        self._family = [i if (j := self._plain_twin(i)) is None else j for i in range(len(pool))]
+        self._heads = list(dict.fromkeys(self._family))
+        self._twinned = [
+            (head, [i for i, f in enumerate(self._family) if f == head])
+            for head in self._heads
+            if self._family.count(head) > 1
+        ]
+        # the member each family is scored by and, leading, followed with (`_retarget`): the
+        # plain one until a twin's hints are shown to help; the first candidate's own at start
+        self._choice = list(range(len(pool)))
+        self._choice[self._family[0]] = 0
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity, fresh=True)
@@ -346,19 +362,35 @@ class PoolPolicy(EvictionPolicy):
         self._retarget()
 
     def _retarget(self) -> None:
-        """The candidate with the most hits over the window becomes the target if it leads the
-        current one by the lead a switch to it needs (less between twins: `CHEAP_LEAD`)."""
-        wins = self._wins
-        best = 0  # the first of the most hits (a loop: compiled, it beats max with a key)
-        for i in range(1, len(wins)):
-            if wins[i] > wins[best]:
-                best = i
-        share = self._lead
-        if self._candidates[best].make is self._candidates[self.target].make:  # twins
-            share = self.hysteresis * CHEAP_LEAD
-        lead_needed = share * max(len(self._window), EARLY_WINDOW)
-        if wins[best] > wins[self.target] + max(1.0, lead_needed):
-            self.target = best
+        """Each family is scored by its chosen member: a twin is chosen over the member in use
+        once its shadow leads that one's by the lead a switch needs, the evidence that its
+        hints help. The family whose chosen member hit most over the window becomes the
+        target's if it leads the current family's by that lead, and the target is its choice.
+        Why not the candidate with the most hits, whatever its family (until 2026-12-06): a
+        hinted twin then led whenever its shadow was a hit or two ahead, and the node's path
+        through the families parted from its path without the hints, at a cost no shadow counts
+        (each switch rebuilds). On Mooncake at 1, 5, 10 and 20%, each hinted replay against the
+        one with a hint less (the tail hint against none, the application's against the tail
+        hint alone): 6 of 16 lower before, by 0.0081 in all and 0.0032 at most (the tail hint
+        at 1%); 6 of 16 lower now, by 0.0039 and 0.0012 (the tail hint at 5%); every hinted
+        replay summed over the sizes higher or equal. Choosing the family on plain shadows
+        alone, then the twin within it, kept one path through the families with and without
+        hints, but the application's hints at 1% fell 0.0028 below the tail hint's, and the
+        explicit close at 10% from 15% of the LRU-Belady gap to 8.5%."""
+        wins, choice = self._wins, self._choice
+        lead = max(1.0, self._lead * max(len(self._window), EARLY_WINDOW))
+        for head, members in self._twinned:
+            for i in members:
+                if wins[i] > wins[choice[head]] + lead:
+                    choice[head] = i
+        current = self._family[self.target]
+        best = current  # a loop, not max with a key: compiled, it is faster
+        for head in self._heads:
+            if wins[choice[head]] > wins[choice[best]]:
+                best = head
+        if wins[choice[best]] > wins[choice[current]] + lead:
+            current = best
+        self.target = choice[current]
 
     def _switch(self) -> None:
         """Move the lead toward the target: where every key is sampled, at once, the cache then

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cache_runtime.policies import Hint, LRUPolicy, keep_nothing, make_policy
-from cache_runtime.pool import CANDIDATES, CHEAP_LEAD, DEFAULT_WINDOW, PoolPolicy
+from cache_runtime.pool import CANDIDATES, CHEAP_LEAD, DEFAULT_POOL, DEFAULT_WINDOW, PoolPolicy
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy, WTinyLFUPolicy
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.tiers.memory import MemoryTier
@@ -393,19 +393,44 @@ def test_where_every_key_is_sampled_a_challenger_needs_a_smaller_lead() -> None:
     assert exact._lead == pytest.approx(CHEAP_LEAD * sampled._lead) and CHEAP_LEAD < 1
 
 
-def test_a_twin_needs_half_the_lead_another_candidate_needs() -> None:
-    """A switch between a hinted candidate and its plain twin rebuilds nothing (the same policy,
-    hints on or off), so a lead that moves the pool to the twin does not move it elsewhere."""
-    pool = PoolPolicy(("prefix-slru", "slru", "lru"), capacity=10_000)
-    assert (pool.effective_rate or 1.0) < 1
+def _scored(pool: PoolPolicy, wins: list[int]) -> str:
+    """The pool's target after `_retarget` over a full window of `wins`."""
+    pool._window.clear()
     pool._window.extend([0] * DEFAULT_WINDOW)
-    lead = int(0.75 * pool.hysteresis * DEFAULT_WINDOW)  # between half the lead and all of it
-    for challenger, moves in ((2, False), (1, True)):
-        pool.target = 0
-        pool._wins = [100, 100, 100]
-        pool._wins[challenger] += lead
-        pool._retarget()
-        assert (pool.target == challenger) is moves
+    pool._wins = list(wins)
+    pool._retarget()
+    return pool.pool[pool.target]
+
+
+def test_a_family_is_scored_by_its_twin_only_once_the_twins_hints_have_paid_the_lead() -> None:
+    """A hinted twin replaces its plain head, as the family's score and as the target, once its
+    shadow leads the head's by a switch's full lead; a lead short of that moves nothing, even
+    where the twin alone would lead every other family (which the pool followed before,
+    parting its path from the one it takes without the hints)."""
+    lead = PoolPolicy(capacity=10_000).hysteresis * DEFAULT_WINDOW  # a switch's lead, in hits
+    assert lead > 4
+    pool = PoolPolicy(("lru", "prefix-slru", "slru"), capacity=10_000)
+    assert (pool.effective_rate or 1.0) < 1 and pool._choice == [0, 1, 2]  # plain heads
+    short, enough = round(0.75 * lead), round(1.5 * lead)
+    # the twin leads LRU by 1.5 leads, but its own head by 0.75: the family is still SLRU's head
+    assert _scored(pool, [100, 100 + enough, 100 + enough - short]) == "lru"
+    assert pool._choice[2] == 2
+    # the twin leads its head by 1.5 leads: it scores the family, which now leads LRU
+    assert _scored(pool, [100, 100 + enough, 100]) == "prefix-slru"
+    assert pool._choice[2] == 1
+    # and it stays the family's until the head leads it back by a lead
+    assert _scored(pool, [100, 100 + enough, 100 + enough + short]) == "prefix-slru"
+    assert _scored(pool, [100, 100 + enough, 100 + 2 * enough]) == "slru"
+
+
+def test_the_first_candidate_leads_with_its_own_hints_until_the_shadows_disagree() -> None:
+    """The pool's first candidate is its family's choice from the start, hinted or not, so an
+    application's explicit close counts before the shadows have evidence; the other families
+    start from their plain heads."""
+    pool = PoolPolicy(capacity=10_000)
+    first, lirs, arc = (DEFAULT_POOL.index(n) for n in ("prefix-lirs", "lirs", "prefix-arc"))
+    assert pool.target == first and pool._family[first] == lirs and pool._choice[lirs] == first
+    assert pool._choice[pool._family[arc]] == pool._family[arc] != arc
 
 
 def test_the_tier_serves_the_pool_by_default() -> None:
