@@ -84,8 +84,8 @@ class PolicySettings(BaseModel):
         sample_rate: the share of the key space replayed through the shadows (SHARDS' R),
             raised for small caches so that each shadow holds `min_shadow` entries.
         window / hysteresis: sampled accesses scored, and the lead (a share of them) that a
-            challenger needs to take over (half of it where every key is sampled, and between a
-            hinted candidate and its plain twin: `cache_runtime.pool.CHEAP_LEAD`).
+            challenger needs to take over (half of it where every key is sampled:
+            `cache_runtime.pool.CHEAP_LEAD`), and a hinted twin over its plain one.
     """
 
     model_config = ConfigDict(extra="forbid")
