@@ -155,15 +155,16 @@ MAX_HISTORY = 1 << 16
 # about 5 hits of lead, not 1 (over the shipped traces: cells more than 0.003 below the best
 # libCacheSim policy 18 -> 16 of 44; sprite 5-20% lost its early detours to MQ)
 EARLY_WINDOW = 1024
-# a switch that rebuilds nothing needs this share of the hysteresis as its lead. Where every key
-# is sampled the cache follows the exact shadow (`_follow`): a switch costs only the refill of
-# the keys the two disagree on. Over the 44 cells (2026-12-06) 0.5 gave +0.0047 summed and
+# where every key is sampled, a switch needs this share of the hysteresis as its lead: there the
+# cache follows the exact shadow (`_follow`), so a switch costs only the refill of the keys the
+# two disagree on. Over the 44 cells (2026-12-06) 0.5 gave +0.0047 summed and
 # +0.0076 at the 40 held-out sizes, no cell down by more than 0.0007 (worst ratio, cs 5%: 0.910
 # -> 0.922); 0.25 +0.0028 and +0.0093 but cs 5% 0.836; 2 +0.0030 and -0.0016. A switch between
-# a hinted candidate and its plain twin costs nothing too (the same policy, hints on or off),
-# but it needs the full lead: choosing a twin also rescores its family (`_retarget`), and with
-# this share instead, Mooncake's tail hint at 5 and 10% went below no hints (0.1619 and 0.2686
-# against 0.1631 and 0.2701; with the full lead 0.1619 and 0.2701)
+# a hinted candidate and its plain twin costs nothing anywhere (the same policy, hints on or
+# off), but it needs the lead any switch needs there: choosing a twin also rescores its family
+# (`_retarget`), and with this share instead, Mooncake's tail hint at 5 and 10% went below no
+# hints (0.1619 and 0.2686 against 0.1631 and 0.2701; with the lead of any switch 0.1619 and
+# 0.2701: 10% no longer, 5% still)
 CHEAP_LEAD = 0.5
 # where the rate `min_shadow` needs is this or more, every key is sampled: sampling would save
 # at most half the shadows' work, and the cache then follows its exact shadow with no rebuild at
@@ -176,12 +177,13 @@ EXACT_FROM = 0.5
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class PoolPolicy(EvictionPolicy):
-    """Follows the candidate whose shadow hit most over the last `window` sampled accesses
-    (see the module docstring). `pool`: names from `CANDIDATES`, the first leads until the
-    shadows say otherwise; `sample_rate`: the share of keys sampled, raised for small caches
-    so that each shadow holds `min_shadow` entries (1.0 replays every key at full size);
-    `hysteresis`: the lead, as a share of the window, a challenger needs to take over.
-    `capacity` in entries when known (unit-size replay); else learned when the cache fills."""
+    """Follows the family (a candidate and its hinted twin) whose shadow hit most over the last
+    `window` sampled accesses (see the module docstring and `_retarget`). `pool`: names from
+    `CANDIDATES`, the first leads until the shadows say otherwise; `sample_rate`: the share of
+    keys sampled, raised for small caches so that each shadow holds `min_shadow` entries (1.0
+    replays every key at full size); `hysteresis`: the lead, as a share of the window, a
+    challenger needs to take over. `capacity` in entries when known (unit-size replay); else
+    learned when the cache fills."""
 
     name = "preheat"
 
@@ -217,7 +219,7 @@ class PoolPolicy(EvictionPolicy):
         self._history: deque[Key] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
         self._rebuild: Rebuild | None = None  # while a switch is under way
         self._exact = False  # every key sampled: the shadows are full-size replicas
-        self._lead = hysteresis  # the lead a challenger needs, a share of the window (twins: less)
+        self._lead = hysteresis  # a switch's lead, a share of the window (`CHEAP_LEAD` if exact)
         self._following = False  # exact, since the first switch: the cache follows (`_follow`)
         self._strays: dict[Key, None] = {}  # following: resident keys the leading shadow lacks
         self._aligned = False  # following: the live policy makes the leading shadow's choices
@@ -362,10 +364,11 @@ class PoolPolicy(EvictionPolicy):
         self._retarget()
 
     def _retarget(self) -> None:
-        """Each family is scored by its chosen member: a twin is chosen over the member in use
-        once its shadow leads that one's by the lead a switch needs, the evidence that its
-        hints help. The family whose chosen member hit most over the window becomes the
-        target's if it leads the current family's by that lead, and the target is its choice.
+        """Each family is scored by its chosen member: another member (a twin, or back to the
+        plain head) is chosen once its shadow leads the chosen one's by the lead a switch
+        needs, the evidence that its hints help or hurt. The family whose chosen member hit
+        most over the window becomes the target's if it leads the current family's by that
+        lead, and the target is its choice.
         Why not the candidate with the most hits, whatever its family (until 2026-12-06): a
         hinted twin then led whenever its shadow was a hit or two ahead, and the node's path
         through the families parted from its path without the hints, at a cost no shadow counts

@@ -85,7 +85,8 @@ class PolicySettings(BaseModel):
             raised for small caches so that each shadow holds `min_shadow` entries.
         window / hysteresis: sampled accesses scored, and the lead (a share of them) that a
             challenger needs to take over (half of it where every key is sampled:
-            `cache_runtime.pool.CHEAP_LEAD`), and a hinted twin over its plain one.
+            `cache_runtime.pool.CHEAP_LEAD`), and a hinted twin over its plain one, or back
+            (the first candidate starts as its family's choice).
     """
 
     model_config = ConfigDict(extra="forbid")

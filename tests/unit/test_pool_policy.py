@@ -431,6 +431,12 @@ def test_the_first_candidate_leads_with_its_own_hints_until_the_shadows_disagree
     first, lirs, arc = (DEFAULT_POOL.index(n) for n in ("prefix-lirs", "lirs", "prefix-arc"))
     assert pool.target == first and pool._family[first] == lirs and pool._choice[lirs] == first
     assert pool._choice[pool._family[arc]] == pool._family[arc] != arc
+    lead = pool.hysteresis * DEFAULT_WINDOW
+    even = [100] * len(DEFAULT_POOL)
+    ahead = {lirs: round(0.75 * lead)}  # the plain twin ahead, by less than a switch's lead
+    assert _scored(pool, [w + ahead.get(i, 0) for i, w in enumerate(even)]) == "prefix-lirs"
+    ahead = {lirs: round(1.5 * lead)}
+    assert _scored(pool, [w + ahead.get(i, 0) for i, w in enumerate(even)]) == "lirs"
 
 
 def test_the_tier_serves_the_pool_by_default() -> None:

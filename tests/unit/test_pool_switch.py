@@ -98,7 +98,7 @@ def test_a_switch_between_twins_keeps_the_state(capacity: int) -> None:
     for key in range(capacity):
         pool.on_insert(key, 0.0, None)
     live = pool._live
-    pool.target = 1  # the plain twin, as the shadows would name it
+    pool.target = pool._choice[1] = 1  # the plain twin, as the shadows would choose it
     pool.on_remove(pool.victim(keep_nothing))  # type: ignore[arg-type]
     pool.on_insert(-1, 0.0, None)
     assert pool.leader_name == "arc" and pool._live is live and not pool._hinted
