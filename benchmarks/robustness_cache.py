@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cache_runtime.pool import CANDIDATES
+from cache_runtime.candidates import CANDIDATES
 from cache_runtime.simulator import replay
 from cache_runtime.traces import AccessTrace, load_trace
 from models.evaluation.bench.cache_bench import MIN_BENCH_CAPACITY, bench_cache

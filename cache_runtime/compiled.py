@@ -29,6 +29,7 @@ MODULES = (
     "policies",
     "prefix_policies",
     "queue_policies",
+    "tinylfu",
     "shadows",
     "handover",
     "pool",

@@ -2,78 +2,43 @@
 
 Waldspurger et al., "Cache Modeling and Optimization using Miniature Simulations" (USENIX ATC
 2017), over SHARDS' spatial sampling (FAST 2015): keys whose hash falls under a threshold (a rate
-R of the key space) are replayed through a shadow of every candidate, each of R x the cache's
-size; over the last `window` sampled accesses, the shadow with the most hits names the policy
-that evicts for the real cache. The shadows see only the trace and the hints, never the live
-policy's choices, so the live choice cannot feed back into its own score.
+R of the key space) are replayed through a shadow of every candidate (`candidates.CANDIDATES`),
+each of R x the cache's size; over the last `window` sampled accesses, the shadow with the most
+hits names the policy that evicts for the real cache (with its family: "Hints" below). The
+shadows see only the trace and the hints, never the live policy's choices, so the live choice
+cannot feed back into its own score.
+What each rule below gained, cell by cell: docs/benchmarks.md, "How the pool got here".
 
-Only the leader keeps state for the real cache. A switch rebuilds the new leader by replaying
-the cache's last `MAX_HISTORY` accesses through it in a simulated cache of the same size, then
-reconciles with what is really resident: keys it would hold that are gone become its ghosts
-(`EvictionPolicy.on_lost`: when one returns, it goes where the new leader would have kept it),
-resident keys it does not know stay with the old leader, which evicts them first
-(`handover.Handover`, with its figures). A real cache cannot take a shadow's contents, so a
-switch pays until the new leader has refilled the cache; the ghosts make that refill one reuse
-per key. Over the 44 cells of `benchmarks/robustness.py`
-(2026-12-05) the summed margin to the best libCacheSim policy went from -0.130 (8 accesses per
-entry, gone keys forgotten) to -0.059, the worst ratio from 0.63 to 0.88 (cs 5%: S3-FIFO's main
-queue, frozen on a loop larger than the cache, was never rebuilt). Either half alone was worse
-or less: ghosts with 8 accesses per entry -0.138, the longer history alone -0.095.
-Rejected: handing the keys over in the old leader's eviction order, with no history (the first
-handoff): LIRS taking over on gli at 20% then hit 0.128 where LIRS alone hits 0.337.
-Rejected: keeping every candidate's metadata for the real cache (set dueling, as the previous
-two-member `DuelingPolicy` did): with eight candidates every miss costs eight inserts and
-removals, and the replay fell to a sixth of LRU's speed; a switch costs one replay of the
-history and one pass over what the new leader knows, and hysteresis keeps switches rare.
+A switch. Only the leader keeps state for the real cache, and a real cache cannot take a
+shadow's contents, so a switch pays until the new leader has refilled it. The new leader is
+rebuilt by replaying the cache's last `MAX_HISTORY` accesses, spread over evictions
+(`shadows.Rebuild`: done at once, the replay held the tier's lock for up to 177 ms), then
+reconciled with what is resident: keys it would hold that are gone become its ghosts
+(`EvictionPolicy.on_lost`), resident keys it does not know stay with the old leader, which
+evicts them first (`handover.Handover`). Rejected: keeping every candidate's metadata for the
+real cache (set dueling): with eight candidates every miss costs eight inserts and removals.
 
 Where every key is sampled (caches of at most 2 x `min_shadow` entries: `EXACT_FROM`), each
-shadow is itself a full-size replay of the trace since the cache filled, so the cache follows
-the leading one
+shadow is a full-size replay since the cache filled, so the cache follows the leading one
 exactly, with no rebuild (`_follow`): it evicts first the resident keys that shadow does not
-hold (at a switch, in the old leader's order; later, as the shadow drops them), and whenever it
-holds exactly what the shadow holds, the live policy becomes a copy of the shadow and makes the
-same choices. Against the previous design, a copy at the switch whose lost keys
-became ghosts, over the 44 cells (2026-12-06): summed margin to the best libCacheSim policy
--0.035 -> -0.027, worst ratio 0.879 -> 0.910 (cs 5%), cells short 16 -> 15 (multi1 1%: 0.171 ->
-0.180); the 40 cells at sizes the command does not measure +0.033 summed. That copy, left to
-itself, stayed apart from the shadow for good: on cs at 5%, 9 of 70 keys after the switch, on
-every pass of a loop larger than the cache. Following exactly up to 256 entries (rate 1
-wherever the sampling would be 0.5 or more) was mixed at first (+0.012 on the 44 cells, -0.001
-on the 40); with W-TinyLFU in the pool it is what keeps that candidate's detours cheap
-(`EXACT_FROM`).
-
-Elsewhere the rebuild is spread over evictions (`shadows.Rebuild`): each `victim` call replays
-`REBUILD_STEP` accesses of the history plus those that came since the previous call, and the
-old leader keeps evicting until the rebuild has caught up. A switch runs on the serving path,
-under the memory tier's lock: done at once, the replay of 65,536 accesses held that lock for
-17-177 ms (`victim`'s slowest call over 12 cells, 2026-12-05), stalling every request on the
-node. Only evictions drive it, so the tier's buffered hits (applied in bulk) and a replay's
-eager hits switch at the same point and evict the same keys.
+hold, and once it holds what the shadow holds, the live policy makes the shadow's choices (a
+copy of it; in a trace's replay, where nothing is protected, the shadow itself: `_merge`). A
+copy taken at the switch and left to itself stayed apart from the shadow for good (cs at 5%: 9
+of 70 keys, on every pass of a loop larger than the cache).
 
 Hints: a candidate marked "hinted" gets the tail / conversation hints and `on_cold`; the others
-never see them. A hinted candidate and its plain twin both have shadows, so the hint is used
-only as far as the shadows show it helps (a premature "conversation ended" that cools pages
-the next turn needs loses to the plain twin, and the plain twin leads): the two are a family,
-scored by the one whose hints have been shown to help or not (`_retarget`).
-Until a hint reaches the shadows, a hinted candidate's shadow is an exact replica of its plain
-twin's, so one shadow serves both; the first hint forks them by a copy (`_fork`: once, under
-the tier's lock, 38 ms for a 131,072-entry cache's 8,192-entry shadows, 6 ms for 1,024; a node
-whose requests carry hints from the start forks while the shadows are still empty, since they
-start when the cache first fills). A trace or node without hints runs six shadows, not nine:
-over the 44 cells, the same hits in every cell, and 1.05-1.5x the accesses per second (cs,
-every key sampled: 160,000 -> 216,000). With "mq-short" in, seven and ten; with "wtinylfu",
-eight and eleven.
+never see them. A hinted candidate and its plain twin both have shadows, and they are one
+family, scored by the member whose hints have been shown to help (`_retarget`), so a premature
+"conversation ended" that cools pages the next turn needs loses to the plain twin. Until a hint
+reaches the shadows, a hinted candidate's shadow would replicate its twin's, so one serves both;
+the first hint forks them by a copy (`_fork`: 38 ms once for a 131,072-entry cache), and a node
+without hints runs eight shadows, not eleven.
 
 Per sampled access the selector touches only the candidates whose hit differs from the access
-leaving the window (most accesses hit or miss in every shadow alike), and where every key is
-sampled it keeps no history and computes no hash: the same hits in all 84 cells of the sweep
-(the 44 and 40 held-out sizes), cs 225,600 -> 254,500 accesses/s with six shadows (2026-12-06),
-which paid for the seventh. The eighth (W-TinyLFU) was paid for where every key is sampled
-and nothing is protected, as in a trace's replay: the leading shadow, holding what the cache
-holds, is the live policy itself (`_merge`), so the cache's calls drive it and it is not
-replayed twice; and a shadow's miss evicts in one call (`EvictionPolicy.evict`). cs replays
-at about 224,000 accesses/s, as before the eighth (225,000; best of 3, runs alternated, with
-the same hits in all 84 cells of the sweep as without either, 2026-12-06).
+leaving the window (most accesses hit or miss in every shadow alike), where every key is
+sampled it keeps no history and computes no hash, and a shadow's miss evicts in one call
+(`EvictionPolicy.evict`): what pays for eight shadows at the replay goal's 200,000 accesses/s
+(cs: about 224,000, 2026-12-06).
 """
 
 from __future__ import annotations
@@ -81,97 +46,41 @@ from __future__ import annotations
 import copy
 from collections import deque
 from collections.abc import Callable, Sequence
-from functools import partial
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr
 
+from cache_runtime.candidates import CANDIDATES, DEFAULT_POOL, Candidate
 from cache_runtime.handover import Handover
-from cache_runtime.policies import EvictionPolicy, Key, LRUPolicy, first_evictable, keep_nothing
-from cache_runtime.prefix_policies import PrefixARC, PrefixSLRU
-from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy, WTinyLFUPolicy
+from cache_runtime.policies import EvictionPolicy, Key, first_evictable, keep_nothing
 from cache_runtime.shadows import SPOT_BITS, Rebuild, Shadow, spot
 
 if TYPE_CHECKING:
     from cache_runtime.settings import PolicySettings
 
 
-class Candidate(NamedTuple):
-    make: Callable[[], EvictionPolicy]
-    hinted: bool  # gets Hint.TAIL / Hint.CONVERSATION on insert and `on_cold`
-    why: str
-
-
-# Each is in because a shipped or reported trace has it ahead of the others somewhere
-# (`preheat bench cache`, 2026-12-02; issue 21 for the unshipped conversation trace).
-CANDIDATES: dict[str, Candidate] = {
-    # first: it leads until the shadows disagree. LIRS is the one whose state a late switch
-    # loses most (its LIR set forms over the first pass); first, the worst margin to the best
-    # libCacheSim policy over the shipped traces went from -0.209 (gli 20%) to -0.039. Its
-    # hinted twin first: an application's explicit close counts before the shadows have
-    # evidence (Mooncake 10%, before EARLY_WINDOW: 12.4% of the LRU-Belady gap; 9.9% with
-    # plain LIRS first)
-    "prefix-lirs": Candidate(LIRSPolicy, True, "LIRS with the application's hints"),
-    "lirs": Candidate(LIRSPolicy, False, "the LIRS block traces: loops larger than the cache"),
-    "prefix-arc": Candidate(PrefixARC, True, "ARC with the application's hints"),
-    "prefix-slru": Candidate(PrefixSLRU, True, "SLRU with the application's hints"),
-    "lru": Candidate(LRUPolicy, False, "a real conversation trace at 20%: above MQ and ARC"),
-    "mq": Candidate(MQPolicy, False, "Mooncake at 5% and 20%, a real conversation trace 1-10%"),
-    # MQ's lifetime (accesses a key may go unread before it drops a queue) decides between
-    # frequency and recency, and no one lifetime serves every cache: MQ alone at 1 and 16 x the
-    # cache's size, sprite 5%: 0.682 vs 0.641; Mooncake 20%: 0.417 vs 0.396; multi1 1%: 0.027 vs
-    # 0.181. Over the 44 cells of `benchmarks/robustness.py` (2026-12-06), with it in: summed
-    # margin to the best libCacheSim policy -0.022 -> -0.006, cells short 15 -> 13, sprite 20%
-    # below LRU -0.0085 -> -0.0031; the 40 held-out sizes +0.035. Rejected: 2 x the size
-    # (Mooncake 1% 0.9045 of the best online policy), in place of ARC (Mooncake 5-10% fell)
-    "mq-short": Candidate(
-        partial(MQPolicy, life=1.0), False, "sprite 2-20%, Mooncake 20%: recency among the hot"
-    ),
-    "arc": Candidate(PrefixARC, False, "small caches whose reuse distances shift"),
-    "slru": Candidate(PrefixSLRU, False, "a protected working set that fits (Mooncake 10%)"),
-    "s3fifo": Candidate(S3FIFOPolicy, False, "cache2k web07 at 1%: one-hit wonders"),
-    # W-TinyLFU: libCacheSim's led every candidate at cs 20% and ps 5% (0.1687, 0.3620; the
-    # pool 0.1593, 0.3357). In, over the 44 cells (2026-12-06, with `EXACT_FROM`): summed
-    # margin to the best libCacheSim policy -0.006 -> +0.056, the 40 held-out sizes +0.159;
-    # cs 20%, ps 5% and cpp 20% reach the best, but multi2 10-20% and multi3 10% fall short
-    # (the shadows follow it for a while where LIRS wins at full size: multi3 10% -0.026); 13
-    # cells short as before, worst ratio unchanged (cs 5%). Rejected twice before, when a
-    # switch still cost more than it gained (ninth session: the worst ratio 0.77, cs 5%)
-    "wtinylfu": Candidate(WTinyLFUPolicy, False, "cs 20%, ps 5%: frequency that outlives eviction"),
-}
-DEFAULT_POOL = tuple(CANDIDATES)
 # as `settings.PolicySettings`' defaults (a test holds them equal)
 DEFAULT_SAMPLE_RATE = 1 / 16
 DEFAULT_WINDOW = 4096  # sampled accesses
 DEFAULT_HYSTERESIS = 0.005  # a challenger must lead by this share of the window's accesses
 DEFAULT_MIN_SHADOW = 128  # entries per shadow at least: the rate rises for small caches
-# the accesses kept to rebuild a new leader's state at a switch, whatever the cache's size: the
-# more of the past the rebuild sees, the nearer it comes to the state the leader would have had
-# (over the 44 cells, summed margin to the best online policy: 8,192 -0.079; 16,384 to 262,144
-# -0.053 to -0.059). A switch runs inside `victim`, on the serving path: replaying 65,536
-# accesses at once took 17-177 ms (caches of 71 to 8,785 entries, 2026-12-05): `REBUILD_STEP`.
+# the accesses kept to rebuild a new leader at a switch, whatever the cache's size: the more of
+# the past the rebuild sees, the nearer it comes to the leader's own state (summed margin over
+# the 44 cells: 8,192 -0.079; 16,384 to 262,144 -0.053 to -0.059)
 MAX_HISTORY = 1 << 16
-# the hysteresis counts at least this many sampled accesses: early on, a challenger needs
-# about 5 hits of lead, not 1 (over the shipped traces: cells more than 0.003 below the best
-# libCacheSim policy 18 -> 16 of 44; sprite 5-20% lost its early detours to MQ)
+# the hysteresis counts at least this many sampled accesses: early on, a challenger needs about
+# 5 hits of lead, not 1 (cells short 18 -> 16 of 44: sprite 5-20% lost its early detours to MQ)
 EARLY_WINDOW = 1024
-# where every key is sampled, a switch needs this share of the hysteresis as its lead: there the
-# cache follows the exact shadow (`_follow`), so a switch costs only the refill of the keys the
-# two disagree on. Over the 44 cells (2026-12-06) 0.5 gave +0.0047 summed and
-# +0.0076 at the 40 held-out sizes, no cell down by more than 0.0007 (worst ratio, cs 5%: 0.910
-# -> 0.922); 0.25 +0.0028 and +0.0093 but cs 5% 0.836; 2 +0.0030 and -0.0016. A switch between
-# a hinted candidate and its plain twin costs nothing anywhere (the same policy, hints on or
-# off), but it needs the lead any switch needs there: choosing a twin also rescores its family
-# (`_retarget`), and with this share instead, Mooncake's tail hint at 5 and 10% went below no
-# hints (0.1619 and 0.2686 against 0.1631 and 0.2701; with the lead of any switch 0.1619 and
-# 0.2701: 10% no longer, 5% still)
+# where every key is sampled, a switch needs this share of the hysteresis as its lead: the cache
+# follows the exact shadow there (`_follow`), so a switch costs only the refill of the keys the
+# two disagree on (0.5: worst ratio 0.910 -> 0.922; 0.25 switched back and forth on cs 5%).
+# A twin is chosen on the same lead as any switch, not half: it rescores its family, and on half
+# Mooncake's tail hint at 5% and 10% fell below no hints (`_retarget`)
 CHEAP_LEAD = 0.5
 # where the rate `min_shadow` needs is this or more, every key is sampled: sampling would save
-# at most half the shadows' work, and the cache then follows its exact shadow with no rebuild at
-# a switch (caches of 129-256 entries at the defaults). Over the 44 cells (2026-12-06, with
-# W-TinyLFU in the pool): cs 10% 0.0720 -> 0.0838 (+0.012: W-TinyLFU's detour there, rebuilt),
-# summed +0.017, the 40 held-out sizes +0.038; without W-TinyLFU +0.014 and -0.002
-# (the fourteenth session's mixed result). A configured `sample_rate` is kept as it is
+# at most half the shadows' work, and the cache then follows its exact shadow with no rebuild
+# at a switch (caches of 129-256 entries at the defaults; with W-TinyLFU in the pool, summed
+# +0.017 over the 44 cells, +0.038 at the 40 held-out sizes). A configured `sample_rate` stays
 EXACT_FROM = 0.5
 
 
@@ -370,16 +279,12 @@ class PoolPolicy(EvictionPolicy):
         most over the window becomes the target's if it leads the current family's by that
         lead, and the target is its choice.
         Why not the candidate with the most hits, whatever its family (until 2026-12-06): a
-        hinted twin then led whenever its shadow was a hit or two ahead, and the node's path
-        through the families parted from its path without the hints, at a cost no shadow counts
-        (each switch rebuilds). On Mooncake at 1, 5, 10 and 20%, each hinted replay against the
-        one with a hint less (the tail hint against none, the application's against the tail
-        hint alone): 6 of 16 lower before, by 0.0081 in all and 0.0032 at most (the tail hint
-        at 1%); 6 of 16 lower now, by 0.0039 and 0.0012 (the tail hint at 5%); every hinted
-        replay summed over the sizes higher or equal. Choosing the family on plain shadows
-        alone, then the twin within it, kept one path through the families with and without
-        hints, but the application's hints at 1% fell 0.0028 below the tail hint's, and the
-        explicit close at 10% from 15% of the LRU-Belady gap to 8.5%."""
+        twin then led on a hit or two, and a hinted node's path through the families parted
+        from its path without hints, at a cost no shadow counts (each switch rebuilds). On
+        Mooncake, each hinted replay against the one with a hint less: 6 of 16 cells lower by
+        0.0081 in all -> 6 by 0.0039; choosing the family on plain shadows alone lowered none
+        for the tail hint but cut the explicit close at 10% from 15% of the LRU-Belady gap to
+        8.5% (docs/benchmarks.md)."""
         wins, choice = self._wins, self._choice
         lead = max(1.0, self._lead * max(len(self._window), EARLY_WINDOW))
         for head, members in self._twinned:

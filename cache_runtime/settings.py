@@ -79,7 +79,7 @@ class PolicySettings(BaseModel):
     list). Build it with `PoolPolicy.from_settings(settings.policy)`.
 
     Attributes:
-        pool: the candidates whose shadows run (`cache_runtime.pool.CANDIDATES`); the first
+        pool: the candidates whose shadows run (`cache_runtime.candidates.CANDIDATES`); the first
             leads until the shadows say otherwise.
         sample_rate: the share of the key space replayed through the shadows (SHARDS' R),
             raised for small caches so that each shadow holds `min_shadow` entries.

@@ -8,11 +8,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from cache_runtime.candidates import CANDIDATES, DEFAULT_POOL
 from cache_runtime.policies import Hint, LRUPolicy, keep_nothing, make_policy
-from cache_runtime.pool import CANDIDATES, CHEAP_LEAD, DEFAULT_POOL, DEFAULT_WINDOW, PoolPolicy
-from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy, WTinyLFUPolicy
+from cache_runtime.pool import CHEAP_LEAD, DEFAULT_WINDOW, PoolPolicy
+from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.tiers.memory import MemoryTier
+from cache_runtime.tinylfu import WTinyLFUPolicy
 
 C = 200
 

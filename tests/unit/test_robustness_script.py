@@ -76,7 +76,7 @@ def test_pool_members_alone_are_each_candidate_replayed_on_its_own(
 ) -> None:
     """On a loop a bit larger than the cache LRU hits nothing and LIRS keeps most of it: each
     member's figure is its own replay, not the pool's."""
-    from cache_runtime.pool import CANDIDATES
+    from cache_runtime.candidates import CANDIDATES
     from cache_runtime.traces import AccessTrace
 
     accesses = np.tile(np.arange(130), 30)
