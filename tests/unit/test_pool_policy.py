@@ -348,8 +348,9 @@ def _fill(policy: WTinyLFUPolicy, keys: list[int], capacity: int, resident: set[
 
 def test_wtinylfu_admits_by_counts_that_outlive_eviction() -> None:
     """A scan read once cannot push out keys read often: each scan key leaves through the
-    window, its count (1) below main's victim's. A popular key evicted by a burst comes back
-    in over a key read once, its count remembered while it was away."""
+    window, its count (1) below main's victim's. A key read often while in the window is
+    admitted over main's victim, read once. (A count that outlives the key's eviction: the
+    next test.)"""
     policy, resident = WTinyLFUPolicy(), set()
     popular = list(range(80))
     _fill(policy, popular * 4 + list(range(80, 100)), 100, resident)  # full: 80 read four times
@@ -363,6 +364,32 @@ def test_wtinylfu_admits_by_counts_that_outlive_eviction() -> None:
     lru, lru_resident = LRUPolicy(), set()
     _fill(lru, popular * 4 + list(range(80, 100)) + list(range(1000, 1300)), 100, lru_resident)
     assert not set(popular) & lru_resident  # recency alone lost every one
+
+
+def _evicted(
+    policy: WTinyLFUPolicy, keys: list[int], capacity: int, resident: set[int]
+) -> list[int]:
+    """`_fill`'s replay, returning what each miss evicted, in order."""
+    gone: list[int] = []
+    for key in keys:
+        before = set(resident)
+        _fill(policy, [key], capacity, resident)
+        gone += sorted(before - resident)
+    return gone
+
+
+def test_wtinylfu_remembers_the_count_of_a_key_it_evicted() -> None:
+    """A popular key that main gave up comes back in over a key read less often: its count
+    (3 requests before it left, 4 with its return) outlived its eviction. Forgotten at
+    eviction (a count dropped in `on_remove`), it would come back as a stranger (count 1) and
+    leave again through the window."""
+    policy, resident = WTinyLFUPolicy(), set()
+    _fill(policy, list(range(10)) * 3, 10, resident)  # 0..9 read three times; full, size unknown
+    assert _evicted(policy, [50] * 5, 10, resident) == [9]  # 50 enters the window, read 5 times
+    assert _evicted(policy, [51], 10, resident) == [0]  # 50 (5) admitted: popular 0 (3) leaves
+    assert _evicted(policy, [52], 10, resident) == [51]  # a stranger (1) loses to 1 (3)
+    assert _evicted(policy, [0, 53], 10, resident) == [52, 1]  # 0 (4) admitted over 1 (3)
+    assert 0 in resident and policy._counts[0] == 4
 
 
 def test_wtinylfu_halves_its_counts_every_ten_times_its_size() -> None:
