@@ -12,11 +12,14 @@ What each rule below gained, cell by cell: docs/benchmarks.md, "How the pool got
 A switch. Only the leader keeps state for the real cache, and a real cache cannot take a
 shadow's contents, so a switch pays until the new leader has refilled it. The new leader is
 rebuilt by replaying the cache's last `MAX_HISTORY` accesses, spread over evictions
-(`shadows.Rebuild`: done at once, the replay held the tier's lock for up to 177 ms), then
-reconciled with what is resident: keys it would hold that are gone become its ghosts
+(`shadows.Rebuild`: done at once, the replay held the tier's lock for up to 177 ms; only
+evictions drive it, so the tier's bulk hits and a replay's eager ones switch at the same point),
+then reconciled with what is resident: keys it would hold that are gone become its ghosts
 (`EvictionPolicy.on_lost`), resident keys it does not know stay with the old leader, which
-evicts them first (`handover.Handover`). Rejected: keeping every candidate's metadata for the
-real cache (set dueling): with eight candidates every miss costs eight inserts and removals.
+evicts them first (`handover.Handover`). Rejected: handing the keys over in the old leader's
+order with no history (LIRS taking over on gli at 20% then hit 0.128, alone 0.337); keeping
+every candidate's metadata for the real cache (set dueling): with eight candidates every miss
+costs eight inserts and removals.
 
 Where every key is sampled (caches of at most 2 x `min_shadow` entries: `EXACT_FROM`), each
 shadow is a full-size replay since the cache filled, so the cache follows the leading one
