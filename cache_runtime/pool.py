@@ -289,17 +289,21 @@ class PoolPolicy(EvictionPolicy):
         for the tail hint but cut the explicit close at 10% from 15% of the LRU-Belady gap to
         8.5% (docs/benchmarks.md)."""
         wins, choice = self._wins, self._choice
-        lead = max(1.0, self._lead * max(len(self._window), EARLY_WINDOW))
-        for head, members in self._twinned:
-            for i in members:
-                if wins[i] > wins[choice[head]] + lead:
-                    choice[head] = i
+        lead = self._lead * max(len(self._window), EARLY_WINDOW)
+        if lead < 1.0:
+            lead = 1.0
+        if self._forked:  # before the first hint twins share a shadow: their wins are equal
+            for head, members in self._twinned:
+                for i in members:
+                    if wins[i] > wins[choice[head]] + lead:
+                        choice[head] = i
         current = self._family[self.target]
-        best = current  # a loop, not max with a key: compiled, it is faster
-        for head in self._heads:
-            if wins[choice[head]] > wins[choice[best]]:
-                best = head
-        if wins[choice[best]] > wins[choice[current]] + lead:
+        best, best_wins = current, wins[choice[current]]
+        for head in self._heads:  # a loop, not max with a key: compiled, it is faster
+            score = wins[choice[head]]
+            if score > best_wins:
+                best, best_wins = head, score
+        if best_wins > wins[choice[current]] + lead:
             current = best
         self.target = choice[current]
 

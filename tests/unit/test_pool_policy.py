@@ -423,7 +423,9 @@ def test_where_every_key_is_sampled_a_challenger_needs_a_smaller_lead() -> None:
 
 
 def _scored(pool: PoolPolicy, wins: list[int]) -> str:
-    """The pool's target after `_retarget` over a full window of `wins`."""
+    """The pool's target after `_retarget` over a full window of `wins`, the twins forked (as
+    after the first hint: before it they share a shadow, so their wins cannot differ)."""
+    pool._forked = True
     pool._window.clear()
     pool._window.extend([0] * DEFAULT_WINDOW)
     pool._wins = list(wins)
