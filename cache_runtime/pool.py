@@ -189,12 +189,12 @@ class PoolPolicy(EvictionPolicy):
         self._rate = 1.0 if floor >= EXACT_FROM else max(self.sample_rate, min(1.0, floor))
         self._threshold = round(self._rate * (1 << SPOT_BITS))
         size = round(self._rate * capacity)
-        twins = [self._plain_twin(i) for i in range(len(self.pool))]
-        own = [i for i, twin in enumerate(twins) if twin is None]
+        family = self._family  # a hinted twin shares its family head's shadow until `_fork`
+        own = [i for i, head in enumerate(family) if head == i]
         self._shadows = [
             Shadow(self._candidates[i].make(), size, self._candidates[i].hinted) for i in own
         ]
-        self._slots = [own.index(i if twin is None else twin) for i, twin in enumerate(twins)]
+        self._slots = [own.index(head) for head in family]
         self._by_hits = {}
         threshold = self._threshold
         self._exact = self._rate == 1.0

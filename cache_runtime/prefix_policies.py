@@ -83,9 +83,13 @@ class PrefixSLRU(EvictionPolicy):
             self._probation[key] = None
             self._probation.move_to_end(key, last=False)
 
-    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
+    def _learn_capacity(self) -> None:
+        """The size, at the first eviction (`victim` and `evict` share it)."""
         if self._capacity is None:
             self._capacity = len(self._probation) + len(self._protected)
+
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
+        self._learn_capacity()
         for segment in (self._probation, self._protected):
             found = first_evictable(segment, keep)
             if found is not None:
@@ -93,8 +97,7 @@ class PrefixSLRU(EvictionPolicy):
         return None
 
     def evict(self) -> Key | None:
-        if self._capacity is None:
-            self._capacity = len(self._probation) + len(self._protected)
+        self._learn_capacity()
         for segment in (self._probation, self._protected):
             if segment:
                 key = segment.popitem(last=False)[0]
@@ -191,21 +194,23 @@ class PrefixARC(EvictionPolicy):
             self._t1[key] = None
             self._t1.move_to_end(key, last=False)
 
-    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
+    def _t1_first(self) -> bool:
+        """Whether T1 gives up a key first: while it exceeds its target p, or T2 is empty
+        (`victim` and `evict` share the rule); the size is learned at the first eviction."""
         if self._capacity is None:
             self._capacity = len(self._t1) + len(self._t2)
-        t1_first = bool(self._t1) and (len(self._t1) > self._p or not self._t2)
-        for segment in (self._t1, self._t2) if t1_first else (self._t2, self._t1):
+        return bool(self._t1) and (len(self._t1) > self._p or not self._t2)
+
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
+        for segment in (self._t1, self._t2) if self._t1_first() else (self._t2, self._t1):
             found = first_evictable(segment, keep)
             if found is not None:
                 return found
         return None
 
     def evict(self) -> Key | None:
-        if self._capacity is None:
-            self._capacity = len(self._t1) + len(self._t2)
+        t1_first = self._t1_first()
         c = self._c()  # before the pop, as `on_remove` reads it
-        t1_first = bool(self._t1) and (len(self._t1) > self._p or not self._t2)
         if t1_first:
             key = self._t1.popitem(last=False)[0]
             self._b1[key] = None

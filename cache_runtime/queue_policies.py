@@ -208,10 +208,15 @@ class MQPolicy(EvictionPolicy):
                 state[1] += lifetime
                 state[2] = level - 1
 
-    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
+    def _before_eviction(self) -> None:
+        """The lifetime learned at the first eviction, then the expired keys demoted (`victim`
+        and `evict` share it)."""
         if self._lifetime is None:
             self._lifetime = max(1, int(len(self._state) * self._life))
         self._demote()
+
+    def victim(self, keep: Callable[[Key], bool]) -> Key | None:
+        self._before_eviction()
         for queue in self._queues:
             found = first_evictable(queue, keep)
             if found is not None:
@@ -219,9 +224,7 @@ class MQPolicy(EvictionPolicy):
         return None
 
     def evict(self) -> Key | None:
-        if self._lifetime is None:
-            self._lifetime = max(1, int(len(self._state) * self._life))
-        self._demote()
+        self._before_eviction()
         for queue in self._queues:
             if queue:  # the lowest queue's least recent leaves; its count becomes a ghost
                 key = queue.popitem(last=False)[0]
