@@ -5,7 +5,7 @@ Apart from the pool because it is what an operator reads and chooses from (`Sett
 names them), and what a change of the pool's make-up touches, while the pool itself is how the
 following is done. A candidate is a policy's constructor and whether it gets the application's
 hints: a hinted candidate and the plain one that shares its constructor are one family in the
-pool (`PoolPolicy._retarget`).
+pool (`selector.Selector`).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ MODULES = (
     "tinylfu",
     "shadows",
     "handover",
+    "selector",
     "pool",
 )  # the Makefile's POLICIES
 GROUP = "cache_runtime.compiled"  # the shared library: cache_runtime/compiled__mypyc.*.so

@@ -4,7 +4,8 @@ Waldspurger et al., "Cache Modeling and Optimization using Miniature Simulations
 2017), over SHARDS' spatial sampling (FAST 2015): keys whose hash falls under a threshold (a rate
 R of the key space) are replayed through a shadow of every candidate (`candidates.CANDIDATES`),
 each of R x the cache's size; over the last `window` sampled accesses, the shadow with the most
-hits names the policy that evicts for the real cache (with its family: "Hints" below). The
+hits names the policy that evicts for the real cache (with its family: "Hints" below; the
+choice is `selector.Selector`'s, the following this module's). The
 shadows see only the trace and the hints, never the live policy's choices, so the live choice
 cannot feed back into its own score.
 What each rule below gained, cell by cell: docs/benchmarks.md, "How the pool got here".
@@ -31,11 +32,11 @@ of 70 keys, on every pass of a loop larger than the cache).
 
 Hints: a candidate marked "hinted" gets the tail / conversation hints and `on_cold`; the others
 never see them. A hinted candidate and its plain twin both have shadows, and they are one
-family, scored by the member whose hints have been shown to help (`_retarget`), so a premature
-"conversation ended" that cools pages the next turn needs loses to the plain twin. Until a hint
-reaches the shadows, a hinted candidate's shadow would replicate its twin's, so one serves both;
-the first hint forks them by a copy (`_fork`: 38 ms once for a 131,072-entry cache), and a node
-without hints runs eight shadows, not eleven.
+family, scored by the member whose hints have been shown to help (`selector.Selector`), so a
+premature "conversation ended" that cools pages the next turn needs loses to the plain twin.
+Until a hint reaches the shadows, a hinted candidate's shadow would replicate its twin's, so one
+serves both; the first hint forks them by a copy (`_fork`: 38 ms once for a 131,072-entry
+cache), and a node without hints runs eight shadows, not eleven.
 
 Per sampled access the selector touches only the candidates whose hit differs from the access
 leaving the window (most accesses hit or miss in every shadow alike), where every key is
@@ -56,6 +57,7 @@ from mypy_extensions import mypyc_attr
 from cache_runtime.candidates import CANDIDATES, DEFAULT_POOL, Candidate
 from cache_runtime.handover import Handover
 from cache_runtime.policies import EvictionPolicy, Key, first_evictable, keep_nothing
+from cache_runtime.selector import Selector
 from cache_runtime.shadows import SPOT_BITS, Rebuild, Shadow, spot
 
 if TYPE_CHECKING:
@@ -71,14 +73,11 @@ DEFAULT_MIN_SHADOW = 128  # entries per shadow at least: the rate rises for smal
 # the past the rebuild sees, the nearer it comes to the leader's own state (summed margin over
 # the 44 cells: 8,192 -0.079; 16,384 to 262,144 -0.053 to -0.059)
 MAX_HISTORY = 1 << 16
-# the hysteresis counts at least this many sampled accesses: early on, a challenger needs about
-# 5 hits of lead, not 1 (cells short 18 -> 16 of 44: sprite 5-20% lost its early detours to MQ)
-EARLY_WINDOW = 1024
 # where every key is sampled, a switch needs this share of the hysteresis as its lead: the cache
 # follows the exact shadow there (`_follow`), so a switch costs only the refill of the keys the
 # two disagree on (0.5: worst ratio 0.910 -> 0.922; 0.25 switched back and forth on cs 5%).
 # A twin is chosen on the same lead as any switch, not half: it rescores its family, and on half
-# Mooncake's tail hint at 5% and 10% fell below no hints (`_retarget`)
+# Mooncake's tail hint at 5% and 10% fell below no hints (`Selector.retarget`)
 CHEAP_LEAD = 0.5
 # where the rate `min_shadow` needs is this or more, every key is sampled: sampling would save
 # at most half the shadows' work, and the cache then follows its exact shadow with no rebuild
@@ -90,7 +89,7 @@ EXACT_FROM = 0.5
 @mypyc_attr(allow_interpreted_subclasses=True)
 class PoolPolicy(EvictionPolicy):
     """Follows the family (a candidate and its hinted twin) whose shadow hit most over the last
-    `window` sampled accesses (see the module docstring and `_retarget`). `pool`: names from
+    `window` sampled accesses (see the module docstring and `Selector`). `pool`: names from
     `CANDIDATES`, the first leads until the shadows say otherwise; `sample_rate`: the share of
     keys sampled, raised for small caches so that each shadow holds `min_shadow` entries (1.0
     replays every key at full size); `hysteresis`: the lead, as a share of the window, a
@@ -116,42 +115,24 @@ class PoolPolicy(EvictionPolicy):
         self.pool = tuple(pool)
         self._candidates = [CANDIDATES[name] for name in self.pool]
         self.sample_rate, self.min_shadow, self.hysteresis = sample_rate, min_shadow, hysteresis
-        self._window: deque[int] = deque(maxlen=window)  # bit i: candidate i's shadow hit
-        self._wins = [0] * len(self.pool)
+        self.selector = Selector(self._candidates, window, hysteresis)  # names `target`
         self._shadows: list[Shadow] | None = None  # one per distinct state (`_fork`)
         self._slots: list[int] = []  # each candidate's shadow in `_shadows`
         self._by_hits: dict[int, int] = {}  # shadows' hit bits -> candidates' (for `_slots`)
-        self._forked = False  # a hint has reached the shadows: hinted twins have their own
         self._threshold = -1  # sampled: spot(key) < threshold; none before the duel starts
         self._sampled: set[object] = set()  # resident keys that are sampled
         self._keys: set[Key] = set()  # resident keys: what a switch hands over (`Handover`)
-        self.leader = self.target = 0
+        self.leader = 0  # the candidate whose policy evicts for the cache
         self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
-        self._seen = 0
         self._history: deque[Key] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
         self._rebuild: Rebuild | None = None  # while a switch is under way
         self._exact = False  # every key sampled: the shadows are full-size replicas
-        self._lead = hysteresis  # a switch's lead, a share of the window (`CHEAP_LEAD` if exact)
         self._following = False  # exact, since the first switch: the cache follows (`_follow`)
         self._strays: dict[Key, None] = {}  # following: resident keys the leading shadow lacks
         self._aligned = False  # following: the live policy makes the leading shadow's choices
         self._merged = -1  # the slot whose shadow's policy is the live policy (`_merge`)
         self._protecting = False  # a victim was asked with a `keep` that protects: never merge
         self._named: Key | None = None  # merged: the victim just named, which goes next
-        # families: a plain candidate and the hinted twins that share its policy (`_plain_twin`),
-        # named by the plain one, their head (a hinted candidate with no plain twin heads its
-        # own). Heads in the pool's order of their first member: on a tie the first wins
-        self._family = [i if (j := self._plain_twin(i)) is None else j for i in range(len(pool))]
-        self._heads = list(dict.fromkeys(self._family))
-        self._twinned = [
-            (head, [i for i, f in enumerate(self._family) if f == head])
-            for head in self._heads
-            if self._family.count(head) > 1
-        ]
-        # the member each family is scored by and, leading, followed with (`_retarget`): the
-        # plain one until a twin's hints are shown to help; the first candidate's own at start
-        self._choice = list(range(len(pool)))
-        self._choice[self._family[0]] = 0
         self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity, fresh=True)
@@ -189,7 +170,7 @@ class PoolPolicy(EvictionPolicy):
         self._rate = 1.0 if floor >= EXACT_FROM else max(self.sample_rate, min(1.0, floor))
         self._threshold = round(self._rate * (1 << SPOT_BITS))
         size = round(self._rate * capacity)
-        family = self._family  # a hinted twin shares its family head's shadow until `_fork`
+        family = self.selector.family  # a hinted twin shares its head's shadow until `_fork`
         own = [i for i, head in enumerate(family) if head == i]
         self._shadows = [
             Shadow(self._candidates[i].make(), size, self._candidates[i].hinted) for i in own
@@ -203,26 +184,16 @@ class PoolPolicy(EvictionPolicy):
             self._history = deque(maxlen=0)
         else:
             self._sampled = {key for key in self._keys if spot(key) < threshold}
-        self._lead = self.hysteresis * (CHEAP_LEAD if self._exact else 1.0)
+        self.selector.lead = self.hysteresis * (CHEAP_LEAD if self._exact else 1.0)
         if self._exact and fresh:  # nothing fed yet: the live policy and its shadow are one
             self._merge()
-
-    def _plain_twin(self, i: int) -> int | None:
-        """The plain candidate whose shadow candidate `i` shares while no hint has come."""
-        candidate = self._candidates[i]
-        if not candidate.hinted:
-            return None
-        for j, other in enumerate(self._candidates):
-            if not other.hinted and other.make is candidate.make:
-                return j
-        return None
 
     def _fork(self) -> None:
         """The first hint: each hinted candidate sharing its twin's shadow gets a copy of it."""
         shadows = self._shadows
         if shadows is None:  # no shadows yet: they start shared when the cache fills
             return
-        self._forked = True
+        self.selector.forked = True
         for i, candidate in enumerate(self._candidates):
             shared = shadows[self._slots[i]]
             if candidate.hinted and not shared.hinted:
@@ -231,10 +202,10 @@ class PoolPolicy(EvictionPolicy):
                 shadows.append(shared.replica(True))
 
     def _observe(self, key: Key, hint: str | None, cached: bool) -> None:
-        if hint is not None and not self._forked:
+        if hint is not None and not self.selector.forked:
             self._fork()
         # bit masks, not tuples of bools: nothing to allocate per access (cs: 1.07x)
-        shadows, slots, wins, merged = self._shadows or [], self._slots, self._wins, self._merged
+        shadows, slots, merged = self._shadows or [], self._slots, self._merged
         hit = 0  # bit j: shadow j hit
         for j in range(len(shadows)):
             if j == merged:  # the live policy has taken the access: the cache's hit is its
@@ -258,61 +229,14 @@ class PoolPolicy(EvictionPolicy):
                 if (hit >> slots[i]) & 1:
                     result |= 1 << i
             self._by_hits[hit] = result
-        window = self._window
-        gone = window[0] if len(window) == window.maxlen else 0
-        window.append(result)
-        self._seen += 1
-        # most accesses hit or miss in every shadow alike: the wins, and so the target, change
-        # only for the candidates whose bit differs from the access leaving the window
-        changed = result ^ gone
-        if not changed:
-            return
-        i = 0
-        while changed:
-            if changed & 1:
-                wins[i] += 1 if (result >> i) & 1 else -1
-            changed >>= 1
-            i += 1
-        self._retarget()
-
-    def _retarget(self) -> None:
-        """Each family is scored by its chosen member: another member (a twin, or back to the
-        plain head) is chosen once its shadow leads the chosen one's by the lead a switch
-        needs, the evidence that its hints help or hurt. The family whose chosen member hit
-        most over the window becomes the target's if it leads the current family's by that
-        lead, and the target is its choice.
-        Why not the candidate with the most hits, whatever its family (until 2026-12-06): a
-        twin then led on a hit or two, and a hinted node's path through the families parted
-        from its path without hints, at a cost no shadow counts (each switch rebuilds). On
-        Mooncake, each hinted replay against the one with a hint less: 6 of 16 cells lower by
-        0.0081 in all -> 6 by 0.0039; choosing the family on plain shadows alone lowered none
-        for the tail hint but cut the explicit close at 10% from 15% of the LRU-Belady gap to
-        8.5% (docs/benchmarks.md)."""
-        wins, choice = self._wins, self._choice
-        lead = self._lead * max(len(self._window), EARLY_WINDOW)
-        if lead < 1.0:
-            lead = 1.0
-        if self._forked:  # before the first hint twins share a shadow: their wins are equal
-            for head, members in self._twinned:
-                for i in members:
-                    if wins[i] > wins[choice[head]] + lead:
-                        choice[head] = i
-        current = self._family[self.target]
-        best, best_wins = current, wins[choice[current]]
-        for head in self._heads:  # a loop, not max with a key: compiled, it is faster
-            score = wins[choice[head]]
-            if score > best_wins:
-                best, best_wins = head, score
-        if best_wins > wins[choice[current]] + lead:
-            current = best
-        self.target = choice[current]
+        self.selector.record(result)
 
     def _switch(self) -> None:
         """Move the lead toward the target: where every key is sampled, at once, the cache then
         following the target's shadow (`_follow_target`); between a hinted candidate and its
         plain twin, the same object from now on with or without the hints; else one more slice
         of the rebuild (see the module docstring), handed over once it has caught up."""
-        target = self._candidates[self.target]
+        target = self._candidates[self.selector.target]
         if self._exact:
             self._follow_target(target)
             return
@@ -346,9 +270,9 @@ class PoolPolicy(EvictionPolicy):
         the live policy's order. The live policy stays, with its own hints, until the cache
         holds what the shadow holds and a copy of the shadow replaces it; one of the target's
         kind (a twin, or a switch back) stays as it is, as a twin switch does elsewhere."""
-        if self._merged >= 0 and self._slots[self.target] != self._merged:
+        if self._merged >= 0 and self._slots[self.selector.target] != self._merged:
             self._unmerge()  # the old leader's shadow goes on as a shadow (twins share one)
-        shadow = self._shadows[self._slots[self.target]]  # type: ignore[index]
+        shadow = self._shadows[self._slots[self.selector.target]]  # type: ignore[index]
         held = shadow.resident
         self._strays = {}  # a shadow that has not filled has let go of nothing
         if len(held) >= shadow.capacity:
@@ -360,8 +284,8 @@ class PoolPolicy(EvictionPolicy):
     def _take_lead(self, live: EvictionPolicy | None) -> None:
         """The target leads from now on, with `live` as the live policy (None: the live policy
         stays, with its hints)."""
-        self.leader = self.target
-        self.switches.append((self._seen, self.leader_name))
+        self.leader = self.selector.target
+        self.switches.append((self.selector.seen, self.leader_name))
         if live is not None:
             self._install(live)
 
@@ -369,7 +293,7 @@ class PoolPolicy(EvictionPolicy):
         self._history.append(key)
         if self._rebuild is not None:
             self._rebuild.feed(key)
-        if hint is not None and self._merged >= 0 and not self._forked:
+        if hint is not None and self._merged >= 0 and not self.selector.forked:
             self._unmerge()  # the first hint forks the shadows: from a shadow that has not seen it
         self._keys.add(key)  # where every key is sampled, also `_sampled`: the same set
         self._live.on_insert(key, now, hint if self._hinted else None)
@@ -414,12 +338,12 @@ class PoolPolicy(EvictionPolicy):
         self._live.on_remove(key)
 
     def on_cold(self, key: Key) -> None:
-        if self._merged >= 0 and not self._forked:
+        if self._merged >= 0 and not self.selector.forked:
             self._unmerge()  # as in `on_insert`: the shadows fork on the first hint
         if self._hinted and self._merged < 0:  # merged, the shadow's `cool` is the live's
             self._live.on_cold(key)
         if key in self._sampled:
-            if not self._forked:
+            if not self.selector.forked:
                 self._fork()
             for shadow in self._shadows or ():
                 shadow.cool(key)
@@ -436,7 +360,7 @@ class PoolPolicy(EvictionPolicy):
         live = self._live
         if isinstance(live, Handover) and not live.legacy:  # the old leader's keys are gone
             self._install(live.leader)
-        if self.target != self.leader:
+        if self.selector.target != self.leader:
             self._switch()
         elif self._rebuild is not None:  # the old leader won back its lead: drop the rebuild
             self._rebuild = None
@@ -465,7 +389,7 @@ class PoolPolicy(EvictionPolicy):
             shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
             if self._keys == shadow.resident:
                 hinted = self._candidates[self.leader].hinted  # the new leader's, not the live's
-                if self._protecting or (self._forked and shadow.hinted != hinted):
+                if self._protecting or (self.selector.forked and shadow.hinted != hinted):
                     self._install(copy.deepcopy(shadow.policy))
                 else:
                     self._merge()

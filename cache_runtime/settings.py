@@ -100,7 +100,7 @@ class PolicySettings(BaseModel):
     @field_validator("pool")
     @classmethod
     def _known_candidates(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from cache_runtime.pool import CANDIDATES
+        from cache_runtime.candidates import CANDIDATES
 
         unknown = [name for name in value if name not in CANDIDATES]
         if unknown:

@@ -107,7 +107,7 @@ def test_the_pool_hands_over_the_keys_its_history_does_not_cover() -> None:
         pool.on_insert(key, 0.0, None)
     for _ in range(700):
         pool.on_access_many(read)  # 70,000 hits: the inserts of `old` leave the history
-    pool.target = pool.pool.index("mq")
+    pool.selector.target = pool.pool.index("mq")
     gone = []
     while pool.leader_name == "lru" or len(gone) < 100:
         key = pool.victim(lambda _: False)
@@ -143,7 +143,7 @@ def _tier_in_handover(pinned: str | None) -> tuple[MemoryTier, PoolPolicy]:
         tier.put(key, b"x", pinned=key == pinned)
     for _ in range(700):
         pool.on_access_many(read)
-    pool.target = pool.pool.index("mq")
+    pool.selector.target = pool.pool.index("mq")
     new = 0
     while not isinstance(pool._live, Handover):
         new += 1

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from cache_runtime.candidates import CANDIDATES, DEFAULT_POOL
+from cache_runtime.candidates import CANDIDATES
 from cache_runtime.policies import Hint, LRUPolicy, keep_nothing, make_policy
-from cache_runtime.pool import CHEAP_LEAD, DEFAULT_WINDOW, PoolPolicy
+from cache_runtime.pool import CHEAP_LEAD, PoolPolicy
 from cache_runtime.queue_policies import LIRSPolicy, MQPolicy, S3FIFOPolicy
 from cache_runtime.simulator import AppHints, replay, replay_with_app_hints
 from cache_runtime.tiers.memory import MemoryTier
@@ -233,8 +233,9 @@ def test_a_hinted_candidate_shares_its_twins_shadow_until_the_first_hint() -> No
                 pool.on_cold(key)
             hints_given = True
         assert len(both._shadows or ()) == (2 if hints_given else 1)
-        assert both._wins == hinted._wins + plain._wins, step
-    assert hinted._wins != plain._wins  # the hints changed what the hinted shadow hit
+        assert both.selector.wins == hinted.selector.wins + plain.selector.wins, step
+    # the hints changed what the hinted shadow hit
+    assert hinted.selector.wins != plain.selector.wins
 
 
 def test_hysteresis_keeps_a_tie_from_flapping() -> None:
@@ -259,19 +260,19 @@ def _drive(pool: PoolPolicy, keys: np.ndarray, hint_from: int) -> None:
 
 
 @pytest.mark.parametrize(("window", "accesses"), [(64, 20_000), (4096, 3_000)])
-def test_the_wins_are_the_windows_hits_per_candidate(window: int, accesses: int) -> None:
-    """The pool counts each candidate's hits over the window from only the bits that change,
-    through a memo from the shadows' hits to the candidates'. Checked against a count of the
-    window itself, full (64) and not (4096), and the memo against the candidates' shadows as
-    they are now: the first hint, half-way, gives the hinted twins shadows of their own."""
+def test_the_selector_gets_the_candidates_hits_through_the_memo(window: int, accesses: int) -> None:
+    """The pool turns the shadows' hits into the candidates' through a memo, checked against the
+    candidates' shadows as they are now: the first hint, half-way, gives the hinted twins
+    shadows of their own (and the memo is rebuilt for them); the selector has counted the
+    window (its own count: test_selector.py)."""
     accesses_ = np.random.default_rng(7).zipf(1.2, accesses) % (3 * C)
     pool = PoolPolicy(capacity=C, window=window, min_shadow=1, sample_rate=0.5)
     _drive(pool, accesses_, hint_from=accesses // 2)
 
-    counted = [sum((bits >> i) & 1 for bits in pool._window) for i in range(len(pool.pool))]
-    assert pool._wins == counted and any(counted)
-    assert len(pool._window) == min(window, pool._seen) and pool._forked
-    assert (len(pool._window) == window) == (window == 64)
+    selector = pool.selector
+    counted = [sum((bits >> i) & 1 for bits in selector.window) for i in range(len(pool.pool))]
+    assert selector.wins == counted and any(counted)
+    assert len(selector.window) == min(window, selector.seen) and selector.forked
     for hits, result in pool._by_hits.items():
         assert result == sum(1 << i for i, j in enumerate(pool._slots) if (hits >> j) & 1)
     assert len(set(pool._slots)) == len(pool.pool)  # forked twins: the memo rebuilt for them
@@ -419,55 +420,8 @@ def test_where_every_key_is_sampled_a_challenger_needs_a_smaller_lead() -> None:
     """There the cache follows the exact shadow, so a switch costs only a refill."""
     exact, sampled = PoolPolicy(capacity=100), PoolPolicy(capacity=10_000)
     assert exact.effective_rate == 1.0 and (sampled.effective_rate or 1.0) < 1.0
-    assert exact._lead == pytest.approx(CHEAP_LEAD * sampled._lead) and CHEAP_LEAD < 1
-
-
-def _scored(pool: PoolPolicy, wins: list[int]) -> str:
-    """The pool's target after `_retarget` over a full window of `wins`, the twins forked (as
-    after the first hint: before it they share a shadow, so their wins cannot differ)."""
-    pool._forked = True
-    pool._window.clear()
-    pool._window.extend([0] * DEFAULT_WINDOW)
-    pool._wins = list(wins)
-    pool._retarget()
-    return pool.pool[pool.target]
-
-
-def test_a_family_is_scored_by_its_twin_only_once_the_twins_hints_have_paid_the_lead() -> None:
-    """A hinted twin replaces its plain head, as the family's score and as the target, once its
-    shadow leads the head's by a switch's full lead; a lead short of that moves nothing, even
-    where the twin alone would lead every other family (which the pool followed before,
-    parting its path from the one it takes without the hints)."""
-    lead = PoolPolicy(capacity=10_000).hysteresis * DEFAULT_WINDOW  # a switch's lead, in hits
-    assert lead > 4
-    pool = PoolPolicy(("lru", "prefix-slru", "slru"), capacity=10_000)
-    assert (pool.effective_rate or 1.0) < 1 and pool._choice == [0, 1, 2]  # plain heads
-    short, enough = round(0.75 * lead), round(1.5 * lead)
-    # the twin leads LRU by 1.5 leads, but its own head by 0.75: the family is still SLRU's head
-    assert _scored(pool, [100, 100 + enough, 100 + enough - short]) == "lru"
-    assert pool._choice[2] == 2
-    # the twin leads its head by 1.5 leads: it scores the family, which now leads LRU
-    assert _scored(pool, [100, 100 + enough, 100]) == "prefix-slru"
-    assert pool._choice[2] == 1
-    # and it stays the family's until the head leads it back by a lead
-    assert _scored(pool, [100, 100 + enough, 100 + enough + short]) == "prefix-slru"
-    assert _scored(pool, [100, 100 + enough, 100 + 2 * enough]) == "slru"
-
-
-def test_the_first_candidate_leads_with_its_own_hints_until_the_shadows_disagree() -> None:
-    """The pool's first candidate is its family's choice from the start, hinted or not, so an
-    application's explicit close counts before the shadows have evidence; the other families
-    start from their plain heads."""
-    pool = PoolPolicy(capacity=10_000)
-    first, lirs, arc = (DEFAULT_POOL.index(n) for n in ("prefix-lirs", "lirs", "prefix-arc"))
-    assert pool.target == first and pool._family[first] == lirs and pool._choice[lirs] == first
-    assert pool._choice[pool._family[arc]] == pool._family[arc] != arc
-    lead = pool.hysteresis * DEFAULT_WINDOW
-    even = [100] * len(DEFAULT_POOL)
-    ahead = {lirs: round(0.75 * lead)}  # the plain twin ahead, by less than a switch's lead
-    assert _scored(pool, [w + ahead.get(i, 0) for i, w in enumerate(even)]) == "prefix-lirs"
-    ahead = {lirs: round(1.5 * lead)}
-    assert _scored(pool, [w + ahead.get(i, 0) for i, w in enumerate(even)]) == "lirs"
+    lead = sampled.selector.lead
+    assert exact.selector.lead == pytest.approx(CHEAP_LEAD * lead) and CHEAP_LEAD < 1
 
 
 def test_the_tier_serves_the_pool_by_default() -> None:

@@ -43,7 +43,7 @@ def test_a_new_leader_starts_from_the_state_it_would_have_had() -> None:
     LRU would evict first went."""
     pool, hot, warm = _lru_leading_hot_and_warm(C)
 
-    pool.target = pool.pool.index("mq")  # as the shadows would, once MQ leads them
+    pool.selector.target = pool.pool.index("mq")  # as the shadows would, once MQ leads them
     gone = pool.victim(lambda _: False)
 
     assert pool.leader_name == "mq" and gone in warm
@@ -58,10 +58,10 @@ def test_a_small_cache_takes_its_new_leader_as_a_copy_of_the_shadow() -> None:
     pool, _, warm = _lru_leading_hot_and_warm(100)  # under min_shadow (128): all sampled
     assert pool.effective_rate == 1.0
 
-    pool.target = pool.pool.index("mq")
+    pool.selector.target = pool.pool.index("mq")
     gone = pool.victim(lambda _: False)
 
-    shadow = pool._shadows[pool._slots[pool.target]]  # type: ignore[index]
+    shadow = pool._shadows[pool._slots[pool.selector.target]]  # type: ignore[index]
     assert pool.leader_name == "mq" and pool._rebuild is None and gone in warm
     assert pool._live is not shadow.policy
     assert pool.ranked() == shadow.policy.ranked()
@@ -86,7 +86,7 @@ def test_two_candidates_of_one_class_are_not_twins() -> None:
     for key in range(100, 400):  # hot keys read often among a scan
         step(key)
     for target, keys in ((1, range(400, 700)), (0, range(700, 1000))):
-        pool.target = target
+        pool.selector.target = target
         for key in keys:
             step(key)
         assert pool.leader_name == pool.pool[target] and pool._aligned
@@ -98,7 +98,8 @@ def test_a_switch_between_twins_keeps_the_state(capacity: int) -> None:
     for key in range(capacity):
         pool.on_insert(key, 0.0, None)
     live = pool._live
-    pool.target = pool._choice[1] = 1  # the plain twin, as the shadows would choose it
+    # the plain twin, as the shadows would choose it
+    pool.selector.target = pool.selector.choice[1] = 1
     pool.on_remove(pool.victim(keep_nothing))  # type: ignore[arg-type]
     pool.on_insert(-1, 0.0, None)
     assert pool.leader_name == "arc" and pool._live is live and not pool._hinted
@@ -157,7 +158,7 @@ def _switching_with_history(accesses: int) -> tuple[PoolPolicy, set[object]]:
     _serve(pool, list(range(C)), C, resident)
     for _ in range(accesses // C):
         pool.on_access_many(list(range(C)))  # type: ignore[arg-type]
-    pool.target = 1
+    pool.selector.target = 1
     return pool, resident
 
 
@@ -176,7 +177,7 @@ def test_a_switch_replays_its_history_a_slice_per_eviction() -> None:
         if pool._rebuild is not None:
             assert before + 1 - len(pool._rebuild.pending) <= REBUILD_STEP + 1
     assert 8 <= evictions <= history // REBUILD_STEP + 1
-    assert pool.switches == [(pool._seen, "lirs")]
+    assert pool.switches == [(pool.selector.seen, "lirs")]
     assert set(pool.ranked()) == resident
 
 
@@ -184,7 +185,7 @@ def test_a_rebuild_is_dropped_when_the_old_leader_wins_back() -> None:
     pool, resident = _switching_with_history(4 * REBUILD_STEP)
     _serve(pool, ["new-0"], C, resident)
     assert pool._rebuild is not None and pool.leader_name == "lru"
-    pool.target = 0  # the shadows changed their mind
+    pool.selector.target = 0  # the shadows changed their mind
     _serve(pool, ["new-1"], C, resident)
     assert pool._rebuild is None and pool.leader_name == "lru" and not pool.switches
     assert set(pool.ranked()) == resident
@@ -208,7 +209,7 @@ def test_a_switch_remembers_the_keys_the_new_leader_lost_as_its_ghosts() -> None
     alone hits 0.049."""
     pool = PoolPolicy(("lru", "s3fifo"), capacity=10, min_shadow=1, sample_rate=0.5)
     hot = _hot_then_scan(pool, 10)
-    pool.target = 1  # as the shadows would, once S3-FIFO leads them
+    pool.selector.target = 1  # as the shadows would, once S3-FIFO leads them
     pool.victim(lambda _: False)
     live = pool._live.leader if isinstance(pool._live, Handover) else pool._live
     assert pool.leader_name == "s3fifo" and isinstance(live, S3FIFOPolicy)
@@ -227,7 +228,7 @@ def test_a_small_cache_converges_to_its_leading_shadow() -> None:
     pool = PoolPolicy(("lru", "s3fifo"), capacity=10)
     resident: set[object] = set()
     hot = _hot_then_scan(pool, 10)
-    pool.target = 1
+    pool.selector.target = 1
     shadow = pool._shadows[pool._slots[1]]  # type: ignore[index]
     strays = set(pool._live.ranked()) - shadow.resident
     assert strays  # scan pages S3-FIFO's small queue already let go
@@ -252,12 +253,12 @@ def test_a_small_cache_evicts_what_its_leading_shadow_let_go_first() -> None:
         for n in range(600):
             key = keys[rng.integers(len(keys))] if rng.random() < 0.6 else f"x{rng.integers(60)}"
             if n == 200:
-                pool.target = (pool.leader + 1 + trial % 3) % 4
+                pool.selector.target = (pool.leader + 1 + trial % 3) % 4
             if key in resident:
                 pool.on_access(key, 0.0)  # type: ignore[arg-type]
                 continue
             if len(resident) >= 20:
-                following = pool._following and pool.leader == pool.target
+                following = pool._following and pool.leader == pool.selector.target
                 shadow = pool._shadows[pool._slots[pool.leader]]  # type: ignore[index]
                 strays = resident - shadow.resident
                 gone = pool.victim(lambda _: False)
@@ -279,7 +280,7 @@ def test_a_pinned_stray_neither_stops_the_following_nor_piles_up() -> None:
     _hot_then_scan(pool, 10)
     resident = set(pool._live.ranked())
     pinned = next(iter(resident))
-    pool.target = 1
+    pool.selector.target = 1
     protect = lambda key: key == pinned  # noqa: E731
     for i in range(2000):
         key = f"loop-{i % 13}" if i % 3 else f"hot-{i % 6}"
@@ -301,7 +302,7 @@ def test_until_the_copy_the_old_leader_keeps_its_hints() -> None:
     evicts, and a plain one gets no hints and no "conversation ended" on the new one's behalf."""
     pool = PoolPolicy(("lru", "prefix-arc"), capacity=10)
     _hot_then_scan(pool, 10)
-    pool.target = 1
+    pool.selector.target = 1
     pool.victim(lambda _: False)
     assert pool.leader_name == "prefix-arc" and pool._strays
     assert isinstance(pool._live, LRUPolicy) and not pool._hinted
@@ -313,7 +314,7 @@ def test_a_small_cache_skips_a_protected_stray() -> None:
     the victim."""
     pool = PoolPolicy(("lru", "s3fifo"), capacity=10)
     _hot_then_scan(pool, 10)
-    pool.target = 1
+    pool.selector.target = 1
     shadow = pool._shadows[pool._slots[1]]  # type: ignore[index]
     strays = [key for key in pool._live.ranked() if key not in shadow.resident]
     assert len(strays) >= 2
@@ -344,7 +345,7 @@ def test_a_small_memory_tier_follows_its_shadows_through_pins_deletes_and_switch
         elif tier.get(key) is None and key not in pinned:
             tier.put(key, b"x" * int(rng.integers(1, 4)))
         if step % 97 == 0 and pool.effective_rate is not None:
-            pool.target = int(rng.integers(len(pool.pool)))
+            pool.selector.target = int(rng.integers(len(pool.pool)))
         assert tier.stats().bytes <= 150
     assert pool.effective_rate == 1.0 and pool._following and len(pool.switches) > 10
     assert all(tier.get(key) == b"p" for key in pinned)
@@ -408,7 +409,7 @@ for _ in range(6):
 for i in range(8):
     access(f"scan-{i}")
 removed.clear()
-pool.target = pool.pool.index("arc")
+pool.selector.target = pool.pool.index("arc")
 access("page-new")
 print(json.dumps(removed))
 """
