@@ -45,6 +45,7 @@ from cache_runtime.generations import (
 )
 from cache_runtime.keys import CacheKey, EmbeddingKey, ExactKey, PrefixKey, SemanticKey
 from cache_runtime.metrics import CacheMetrics
+from cache_runtime.pool import PoolPolicy
 from cache_runtime.promotion import Promotions
 from cache_runtime.refills import refill_answer
 from cache_runtime.sessions import TenantSessionPages
@@ -381,6 +382,8 @@ class HybridCache:
             if stats is not None:
                 self.metrics.bytes.labels(tier.name).set(stats.bytes)
                 self.metrics.evictions.labels(tier.name).set(stats.evictions)
+            if isinstance(policy := getattr(tier, "policy", None), PoolPolicy):
+                self.metrics.publish_pool(tier.name, policy)
 
     def close(self) -> None:
         self._refills.shutdown(wait=True)

@@ -6,7 +6,12 @@ share or clash on counters. Expose with `prometheus_client.generate_latest(cache
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from cache_runtime.pool import PoolPolicy
 
 _LATENCY_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0)
 
@@ -62,6 +67,32 @@ class CacheMetrics:
             "preheat_cache_refills", "Background refills after invalidation, by outcome.",
             ["result"], registry=r,
         )  # fmt: skip
+
+        # the memory tier's pool (`pool.PoolPolicy`): what it decided, read when scraped
+        self.policy_leader = Gauge(
+            "preheat_cache_policy_leader",
+            "1 for the pool candidate whose policy the memory tier follows now, 0 for the others.",
+            ["tier", "policy"], registry=r,
+        )  # fmt: skip
+        self.policy_switches = Gauge(
+            "preheat_cache_policy_switches",
+            "Times the memory tier's pool moved to another candidate since the tier opened.",
+            ["tier"], registry=r,
+        )  # fmt: skip
+        self.policy_sample_rate = Gauge(
+            "preheat_cache_policy_sample_rate",
+            "Share of keys the pool's shadows replay (0 until the tier has filled once).",
+            ["tier"], registry=r,
+        )  # fmt: skip
+
+    def publish_pool(self, tier: str, pool: PoolPolicy) -> None:
+        """The pool's leader, switches and sampling rate as gauges: which policy evicts, and
+        how often it changed (a pool that switches every few minutes is one to look at)."""
+        leader = pool.leader_name
+        for name in pool.pool:
+            self.policy_leader.labels(tier, name).set(int(name == leader))
+        self.policy_switches.labels(tier).set(len(pool.switches))
+        self.policy_sample_rate.labels(tier).set(pool.effective_rate or 0.0)
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (tests, summaries); 0 when never set."""

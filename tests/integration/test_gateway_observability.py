@@ -16,6 +16,7 @@ import pytest
 import redis
 from gateway_support import EMBEDDING_MODEL, MARKER, Running, complete, metric, start, unique
 
+from cache_runtime.candidates import DEFAULT_POOL
 from cache_runtime.keys import ExactKey
 from models.serving.embeddings import MiniLM
 
@@ -41,6 +42,8 @@ def test_every_one_of_the_twelve_metrics_is_exported(gw: Running) -> None:
                     source="process_rss")  # fmt: skip
     assert memory > 10_000_000
     assert metric(text, "preheat_gateway_feature_load_seconds_count", what="minilm") == 1
+    # the memory tier's pool: its first candidate leads until the shadows say otherwise
+    assert metric(text, "preheat_cache_policy_leader", tier="memory", policy=DEFAULT_POOL[0]) == 1
 
 
 def test_the_canary_group_is_served_without_the_cache_and_its_share_is_observed(

@@ -429,6 +429,27 @@ def test_the_tier_serves_the_pool_by_default() -> None:
     assert isinstance(tier.policy, PoolPolicy) and make_policy("preheat").name == "preheat"
 
 
+def test_the_cache_publishes_what_its_pool_decided() -> None:
+    """The memory tier's pool, in the cache's metrics when they are read: the leader (LIRS, once
+    a loop larger than the tier has shown LRU keeps nothing), the switches, the sampling rate."""
+    from cache_runtime.hybrid import HybridCache
+
+    tier = MemoryTier(C * 100, policy=PoolPolicy(("lru", "lirs")))
+    cache = HybridCache([tier])
+    cache.refresh_gauges()
+    value = cache.metrics.value
+    assert value("preheat_cache_policy_leader", tier="memory", policy="lru") == 1
+    assert value("preheat_cache_policy_sample_rate", tier="memory") == 0  # not filled yet
+    for key in np.tile(np.arange(int(1.3 * C)), 20).tolist():
+        if tier.get(f"b{key}") is None:
+            tier.put(f"b{key}", bytes(100))
+    cache.refresh_gauges()
+    assert value("preheat_cache_policy_leader", tier="memory", policy="lirs") == 1
+    assert value("preheat_cache_policy_leader", tier="memory", policy="lru") == 0
+    assert value("preheat_cache_policy_switches", tier="memory") >= 1
+    assert value("preheat_cache_policy_sample_rate", tier="memory") == 1.0  # 200 entries: all
+
+
 def test_settings_describe_the_default_pool_and_refuse_unknown_candidates() -> None:
     from pydantic import ValidationError
 
