@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +16,10 @@ import pytest
 
 from cache_runtime.handover import Handover
 from cache_runtime.policies import Hint, LRUPolicy, keep_nothing
-from cache_runtime.pool import MAX_HISTORY, PoolPolicy
-from cache_runtime.queue_policies import S3FIFOPolicy
-from cache_runtime.shadows import REBUILD_STEP
+from cache_runtime.pool import DEFAULT_WINDOW, MAX_HISTORY, PoolPolicy
+from cache_runtime.queue_policies import LIRSPolicy, S3FIFOPolicy
+from cache_runtime.shadows import REBUILD_STEP, Rebuild
+from cache_runtime.simulator import replay
 from cache_runtime.tiers.memory import MemoryTier
 
 C = 200
@@ -189,6 +191,77 @@ def test_a_rebuild_is_dropped_when_the_old_leader_wins_back() -> None:
     _serve(pool, ["new-1"], C, resident)
     assert pool._rebuild is None and pool.leader_name == "lru" and not pool.switches
     assert set(pool.ranked()) == resident
+
+
+def _loop_history(names: tuple[str, ...], passes: int) -> tuple[PoolPolicy, set[object]]:
+    """The first of `names` leading a full cache of C entries through `passes` of a loop of
+    1.3 x C keys (LIRS keeps most of it, LRU and SLRU nothing), then told to hand over to the
+    second (as the shadows would, their sample misleading them). Fewer sampled accesses than a
+    window, so nothing leaves it and the shadows' wins, and the target, stay as set."""
+    pool, resident = PoolPolicy(names, capacity=C, min_shadow=SAMPLED), set()
+    _serve(pool, list(range(int(1.3 * C))) * passes, C, resident)
+    assert pool.selector.seen < DEFAULT_WINDOW and pool.leader_name == names[0]
+    pool.selector.target = 1
+    return pool, resident
+
+
+def test_a_switch_the_full_replay_contradicts_is_called_off_and_tried_again_later() -> None:
+    """The rebuilt LRU hits next to nothing on the loop where the cache, led by LIRS, hit
+    most: LIRS stays, and no rebuild starts again until the window's length of sampled
+    accesses has passed (the shadows, asked each time, still preferring LRU)."""
+    pool, resident = _loop_history(("lirs", "lru"), passes=10)
+    new = (f"new-{i}" for i in range(10**6))
+    while pool._rebuild is not None or not pool._called_off:
+        _serve(pool, [next(new)], C, resident)
+    until = pool._called_off[1]
+    assert pool.selector.seen < until <= pool.selector.seen + DEFAULT_WINDOW
+    assert pool.leader_name == "lirs" and not pool.switches and pool._rebuild is None
+    while pool.selector.seen < until:
+        pool.selector.target = 1
+        _serve(pool, [next(new)], C, resident)
+        assert pool._rebuild is None and pool.leader_name == "lirs"
+    pool.selector.target = 1
+    _serve(pool, [next(new)], C, resident)
+    assert pool._rebuild is not None  # tried again
+    assert set(pool.ranked()) == resident
+
+
+def test_a_switch_to_a_hinted_candidate_is_not_checked() -> None:
+    """A rebuild replays no hints, so it cannot judge a hinted candidate: prefix-SLRU takes
+    over on the shadows' word though its hint-free replay hits less than the cache did."""
+    pool, resident = _loop_history(("lirs", "prefix-slru"), passes=10)
+    new = (f"new-{i}" for i in range(10**6))
+    while pool.leader_name == "lirs":
+        _serve(pool, [next(new)], C, resident)
+        assert not pool._called_off
+    assert pool.switches and set(pool.ranked()) == resident
+
+
+def _checked(make: type, keys: list[object], cached: list[bool]) -> Rebuild:
+    """A rebuild of `make` over `keys`, checked against a cache that hit where `cached` says."""
+    rebuild = Rebuild(make, C, deque(keys), deque(cached))
+    while not rebuild.advance():
+        pass
+    return rebuild
+
+
+def _hits_of(make: type, keys: list[int]) -> list[bool]:
+    return replay(make(), np.array(keys), np.arange(len(keys)), C).tolist()
+
+
+def test_a_rebuild_is_checked_against_the_cache_after_its_first_half() -> None:
+    """The rebuild's first half warms it and counts nothing: there LRU loses a loop to the
+    cache's LIRS; after it LRU loses nothing on a small hot set (LIRS, its space for new keys
+    small, misses some of the hot set's first reads), so LRU is not worse. Over a loop all the
+    way LIRS wins significantly; LIRS against LRU does not lose."""
+    loop = list(range(int(1.3 * C))) * 4
+    hot = list(range(10_000, 10_050)) * (len(loop) // 50)
+    mixed = _checked(LRUPolicy, loop + hot, _hits_of(LIRSPolicy, loop + hot))
+    assert mixed.lost == 0 and not mixed.worse_than_cache(2.0)
+    looped = _checked(LRUPolicy, loop + loop, _hits_of(LIRSPolicy, loop + loop))
+    assert looped.gained == 0 and looped.lost > 100 and looped.worse_than_cache(2.0)
+    better = _checked(LIRSPolicy, loop + loop, _hits_of(LRUPolicy, loop + loop))
+    assert better.gained > 100 and not better.worse_than_cache(2.0)
 
 
 def _hot_then_scan(pool: PoolPolicy, capacity: int) -> list[str]:
