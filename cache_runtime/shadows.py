@@ -10,6 +10,7 @@ import copy
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import repeat
 
 from cache_runtime.policies import EvictionPolicy, Key
 
@@ -110,7 +111,7 @@ class Rebuild:
         """Hits of the cache, in bulk."""
         self.pending.extend(keys)
         if self.cached is not None:
-            self.cached.extend([True] * len(keys))
+            self.cached.extend(repeat(True, len(keys)))
         self.fresh += len(keys)
 
     def advance(self) -> bool:

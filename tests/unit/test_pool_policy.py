@@ -273,6 +273,7 @@ def test_the_selector_gets_the_candidates_hits_through_the_memo(window: int, acc
     counted = [sum((bits >> i) & 1 for bits in selector.window) for i in range(len(pool.pool))]
     assert selector.wins == counted and any(counted)
     assert len(selector.window) == min(window, selector.seen) and selector.forked
+    assert (len(selector.window) == window) == (window == 64)  # full at 64, not at 4096
     for hits, result in pool._by_hits.items():
         assert result == sum(1 << i for i, j in enumerate(pool._slots) if (hits >> j) & 1)
     assert len(set(pool._slots)) == len(pool.pool)  # forked twins: the memo rebuilt for them

@@ -211,8 +211,11 @@ def test_a_switch_the_full_replay_contradicts_is_called_off_and_tried_again_late
     accesses has passed (the shadows, asked each time, still preferring LRU)."""
     pool, resident = _loop_history(("lirs", "lru"), passes=10)
     new = (f"new-{i}" for i in range(10**6))
-    while pool._rebuild is not None or not pool._called_off:
+    for _ in range(100):  # the history's slices, one per eviction, then the check
         _serve(pool, [next(new)], C, resident)
+        if pool._called_off:
+            break
+    assert len(pool._history_hits) == len(pool._history)  # the cache's hit for each access
     until = pool._called_off[1]
     assert pool.selector.seen < until <= pool.selector.seen + DEFAULT_WINDOW
     assert pool.leader_name == "lirs" and not pool.switches and pool._rebuild is None
@@ -224,6 +227,46 @@ def test_a_switch_the_full_replay_contradicts_is_called_off_and_tried_again_late
     _serve(pool, [next(new)], C, resident)
     assert pool._rebuild is not None  # tried again
     assert set(pool.ranked()) == resident
+
+
+def test_a_called_off_switch_still_lets_twins_swap() -> None:
+    """Plain SLRU is called off; its hinted twin takes over unchecked; the swap back to plain
+    SLRU keeps the policy (no rebuild to check) and is not held up by the call-off."""
+    pool, resident = _loop_history(("lirs", "prefix-slru", "slru"), passes=10)
+    plain, hinted = 2, 1
+    pool.selector.target = plain
+    new = (f"new-{i}" for i in range(10**6))
+    for _ in range(100):
+        _serve(pool, [next(new)], C, resident)
+        if pool._called_off:
+            break
+    assert plain in pool._called_off and pool.leader_name == "lirs"
+    pool.selector.target = hinted
+    for _ in range(100):
+        _serve(pool, [next(new)], C, resident)
+        if pool.leader_name != "lirs":
+            break
+    assert pool.leader_name == "prefix-slru" and pool._called_off[plain] > pool.selector.seen
+    pool.selector.target = plain
+    _serve(pool, [next(new)], C, resident)
+    assert pool.leader_name == "slru" and set(pool.ranked()) == resident
+
+
+def test_a_rebuild_begun_for_the_plain_twin_does_not_judge_the_hinted_one() -> None:
+    """The target swaps from plain SLRU to its hinted twin mid-rebuild (one policy: the
+    rebuild goes on): the hint-free counts it gathered say nothing of the hints, so the
+    hinted twin takes over though the plain one would have been called off."""
+    pool, resident = _loop_history(("lirs", "prefix-slru", "slru"), passes=10)
+    pool.selector.target = 2
+    new = (f"new-{i}" for i in range(10**6))
+    _serve(pool, [next(new)], C, resident)
+    assert pool._rebuild is not None and pool._rebuild.cached is not None  # checked, for now
+    pool.selector.target = 1
+    for _ in range(100):
+        _serve(pool, [next(new)], C, resident)
+        if pool.leader_name != "lirs":
+            break
+    assert pool.leader_name == "prefix-slru" and not pool._called_off
 
 
 def test_a_switch_to_a_hinted_candidate_is_not_checked() -> None:
