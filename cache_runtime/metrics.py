@@ -87,7 +87,9 @@ class CacheMetrics:
 
     def publish_pool(self, tier: str, pool: PoolPolicy) -> None:
         """The pool's leader, switches and sampling rate as gauges: which policy evicts, and
-        how often it changed (a pool that switches every few minutes is one to look at)."""
+        how often it changed (a pool that switches every few minutes is one to look at). Read
+        without the tier's lock, so as not to hold up its puts for a scrape: each value is
+        whole, but a switch under way may show its new leader one scrape before its count."""
         leader = pool.leader_name
         for name in pool.pool:
             self.policy_leader.labels(tier, name).set(int(name == leader))
