@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -205,16 +206,24 @@ def _loop_history(names: tuple[str, ...], passes: int) -> tuple[PoolPolicy, set[
     return pool, resident
 
 
+def _miss_until(
+    pool: PoolPolicy, resident: set[object], new: Iterator[str], done: Callable[[], bool]
+) -> None:
+    """New keys, one eviction each, until `done` (at most 100: a rebuild of the loop's
+    history takes a few slices)."""
+    for _ in range(100):
+        _serve(pool, [next(new)], C, resident)
+        if done():
+            return
+
+
 def test_a_switch_the_full_replay_contradicts_is_called_off_and_tried_again_later() -> None:
     """The rebuilt LRU hits next to nothing on the loop where the cache, led by LIRS, hit
     most: LIRS stays, and no rebuild starts again until the window's length of sampled
     accesses has passed (the shadows, asked each time, still preferring LRU)."""
     pool, resident = _loop_history(("lirs", "lru"), passes=10)
     new = (f"new-{i}" for i in range(10**6))
-    for _ in range(100):  # the history's slices, one per eviction, then the check
-        _serve(pool, [next(new)], C, resident)
-        if pool._called_off:
-            break
+    _miss_until(pool, resident, new, lambda: bool(pool._called_off))
     assert len(pool._history_hits) == len(pool._history)  # the cache's hit for each access
     until = pool._called_off[1]
     assert pool.selector.seen < until <= pool.selector.seen + DEFAULT_WINDOW
@@ -236,16 +245,10 @@ def test_a_called_off_switch_still_lets_twins_swap() -> None:
     plain, hinted = 2, 1
     pool.selector.target = plain
     new = (f"new-{i}" for i in range(10**6))
-    for _ in range(100):
-        _serve(pool, [next(new)], C, resident)
-        if pool._called_off:
-            break
+    _miss_until(pool, resident, new, lambda: bool(pool._called_off))
     assert plain in pool._called_off and pool.leader_name == "lirs"
     pool.selector.target = hinted
-    for _ in range(100):
-        _serve(pool, [next(new)], C, resident)
-        if pool.leader_name != "lirs":
-            break
+    _miss_until(pool, resident, new, lambda: pool.leader_name != "lirs")
     assert pool.leader_name == "prefix-slru" and pool._called_off[plain] > pool.selector.seen
     pool.selector.target = plain
     _serve(pool, [next(new)], C, resident)
@@ -262,10 +265,7 @@ def test_a_rebuild_begun_for_the_plain_twin_does_not_judge_the_hinted_one() -> N
     _serve(pool, [next(new)], C, resident)
     assert pool._rebuild is not None and pool._rebuild.cached is not None  # checked, for now
     pool.selector.target = 1
-    for _ in range(100):
-        _serve(pool, [next(new)], C, resident)
-        if pool.leader_name != "lirs":
-            break
+    _miss_until(pool, resident, new, lambda: pool.leader_name != "lirs")
     assert pool.leader_name == "prefix-slru" and not pool._called_off
 
 
@@ -274,9 +274,8 @@ def test_a_switch_to_a_hinted_candidate_is_not_checked() -> None:
     over on the shadows' word though its hint-free replay hits less than the cache did."""
     pool, resident = _loop_history(("lirs", "prefix-slru"), passes=10)
     new = (f"new-{i}" for i in range(10**6))
-    while pool.leader_name == "lirs":
-        _serve(pool, [next(new)], C, resident)
-        assert not pool._called_off
+    _miss_until(pool, resident, new, lambda: pool.leader_name != "lirs")
+    assert not pool._called_off  # a call-off is never cleared: none was ever made
     assert pool.switches and set(pool.ranked()) == resident
 
 
