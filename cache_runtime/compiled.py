@@ -33,6 +33,7 @@ MODULES = (
     "shadows",
     "handover",
     "selector",
+    "following",
     "pool",
 )  # the Makefile's POLICIES
 GROUP = "cache_runtime.compiled"  # the shared library: cache_runtime/compiled__mypyc.*.so

@@ -25,12 +25,8 @@ in the old leader's order with no history (LIRS taking over on gli at 20% then h
 candidates every miss costs eight inserts and removals.
 
 Where every key is sampled (caches of at most 2 x `min_shadow` entries: `EXACT_FROM`), each
-shadow is a full-size replay since the cache filled, so the cache follows the leading one
-exactly, with no rebuild (`_follow`): it evicts first the resident keys that shadow does not
-hold, and once it holds what the shadow holds, the live policy makes the shadow's choices (a
-copy of it; in a trace's replay, where nothing is protected, the shadow itself: `_merge`). A
-copy taken at the switch and left to itself stayed apart from the shadow for good (cs at 5%: 9
-of 70 keys, on every pass of a loop larger than the cache).
+shadow is a full-size replay and the cache follows the leading one exactly, with no rebuild
+(`following.ShadowFollowing`, the base of `PoolPolicy`).
 
 Hints: a candidate marked "hinted" gets the tail / conversation hints and `on_cold`; the others
 never see them. A hinted candidate and its plain twin both have shadows, and they are one
@@ -49,7 +45,6 @@ sampled it keeps no history and computes no hash, and a shadow's miss evicts in 
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import repeat
@@ -57,9 +52,10 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr
 
-from cache_runtime.candidates import CANDIDATES, DEFAULT_POOL, Candidate
+from cache_runtime.candidates import CANDIDATES, DEFAULT_POOL
+from cache_runtime.following import ShadowFollowing
 from cache_runtime.handover import Handover
-from cache_runtime.policies import EvictionPolicy, Key, first_evictable, keep_nothing
+from cache_runtime.policies import EvictionPolicy, Key, keep_nothing
 from cache_runtime.selector import Selector
 from cache_runtime.shadows import SPOT_BITS, Rebuild, Shadow, spot
 
@@ -101,7 +97,7 @@ EXACT_FROM = 0.5
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class PoolPolicy(EvictionPolicy):
+class PoolPolicy(ShadowFollowing):
     """Follows the family (a candidate and its hinted twin) whose shadow hit most over the last
     `window` sampled accesses (see the module docstring and `Selector`). `pool`: names from
     `CANDIDATES`, the first leads until the shadows say otherwise; `sample_rate`: the share of
@@ -126,31 +122,18 @@ class PoolPolicy(EvictionPolicy):
             raise ValueError(f"pool {list(pool)}: choose from {', '.join(CANDIDATES)}")
         if not (0 < sample_rate <= 1 and window > 0 and hysteresis >= 0 and min_shadow > 0):
             raise ValueError("need 0 < sample_rate <= 1, window > 0, hysteresis >= 0")
-        self.pool = tuple(pool)
-        self._candidates = [CANDIDATES[name] for name in self.pool]
+        candidates = [CANDIDATES[name] for name in pool]
+        super().__init__(pool, candidates, Selector(candidates, window, hysteresis))
         self.sample_rate, self.min_shadow, self.hysteresis = sample_rate, min_shadow, hysteresis
-        self.selector = Selector(self._candidates, window, hysteresis)  # names `target`
-        self._shadows: list[Shadow] | None = None  # one per distinct state (`_fork`)
-        self._slots: list[int] = []  # each candidate's shadow in `_shadows`
         self._by_hits: dict[int, int] = {}  # shadows' hit bits -> candidates' (for `_slots`)
         self._threshold = -1  # sampled: spot(key) < threshold; none before the duel starts
         self._sampled: set[object] = set()  # resident keys that are sampled
-        self._keys: set[Key] = set()  # resident keys: what a switch hands over (`Handover`)
-        self.leader = 0  # the candidate whose policy evicts for the cache
-        self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
         self._history: deque[Key] = deque(maxlen=MAX_HISTORY)  # to rebuild a new leader
         self._history_hits: deque[bool] = deque(maxlen=MAX_HISTORY)  # the cache's, for the check
         self._rebuild: Rebuild | None = None  # while a switch is under way
         # candidate -> the sampled accesses until which a switch to it stays called off
         self._called_off: dict[int, int] = {}
         self._exact = False  # every key sampled: the shadows are full-size replicas
-        self._following = False  # exact, since the first switch: the cache follows (`_follow`)
-        self._strays: dict[Key, None] = {}  # following: resident keys the leading shadow lacks
-        self._aligned = False  # following: the live policy makes the leading shadow's choices
-        self._merged = -1  # the slot whose shadow's policy is the live policy (`_merge`)
-        self._protecting = False  # a victim was asked with a `keep` that protects: never merge
-        self._named: Key | None = None  # merged: the victim just named, which goes next
-        self._install(self._candidates[0].make())
         if capacity is not None:
             self._start(capacity, fresh=True)
 
@@ -166,21 +149,9 @@ class PoolPolicy(EvictionPolicy):
         )
 
     @property
-    def leader_name(self) -> str:
-        return self.pool[self.leader]
-
-    @property
     def effective_rate(self) -> float | None:
         """The sampling rate in use, once the cache's size is known."""
         return None if self._shadows is None else self._rate
-
-    def _install(self, live: EvictionPolicy) -> None:
-        """`live`, the leader's policy, evicts from now on."""
-        self._live = live
-        self._hinted = self._candidates[self.leader].hinted
-        # the candidate whose kind the live policy is: not its type, for two candidates share
-        # one (MQ at two lifetimes)
-        self._live_make = self._candidates[self.leader].make
 
     def _start(self, capacity: int, fresh: bool = False) -> None:
         floor = self.min_shadow / max(1, capacity)  # the rate a shadow of `min_shadow` needs
@@ -232,14 +203,7 @@ class PoolPolicy(EvictionPolicy):
             elif shadows[j].access(key, hint):
                 hit |= 1 << j
         if self._following and merged < 0:
-            strays, lead = self._strays, slots[self.leader]
-            if strays:
-                strays.pop(key, None)  # the leading shadow holds it now
-            if not (hit >> lead) & 1:
-                dropped = shadows[lead].gone
-                if dropped is not None and dropped in self._keys:
-                    strays[dropped] = None
-                    self._aligned = False
+            self._track_strays(key, hit)
         result = self._by_hits.get(hit)  # bit i: candidate i's shadow hit
         if result is None:
             result = 0
@@ -296,38 +260,13 @@ class PoolPolicy(EvictionPolicy):
         legacy = resident - rebuilt.resident
         return Handover(leader, old, legacy) if legacy else leader
 
-    def _follow_target(self, target: Candidate) -> None:
-        """Where every key is sampled the target's shadow is a full-size replica: from now on
-        the cache follows it (`_follow`), first evicting the resident keys it does not hold, in
-        the live policy's order. The live policy stays, with its own hints, until the cache
-        holds what the shadow holds and a copy of the shadow replaces it; one of the target's
-        kind (a twin, or a switch back) stays as it is, as a twin switch does elsewhere."""
-        if self._merged >= 0 and self._slots[self.selector.target] != self._merged:
-            self._unmerge()  # the old leader's shadow goes on as a shadow (twins share one)
-        shadow = self._shadows[self._slots[self.selector.target]]  # type: ignore[index]
-        held = shadow.resident
-        self._strays = {}  # a shadow that has not filled has let go of nothing
-        if len(held) >= shadow.capacity:
-            self._strays = dict.fromkeys(k for k in self._live.ranked() if k not in held)
-        self._following = True
-        self._aligned = self._live_make is target.make
-        self._take_lead(self._live if self._aligned else None)
-
-    def _take_lead(self, live: EvictionPolicy | None) -> None:
-        """The target leads from now on, with `live` as the live policy (None: the live policy
-        stays, with its hints)."""
-        self.leader = self.selector.target
-        self.switches.append((self.selector.seen, self.leader_name))
-        if live is not None:
-            self._install(live)
-
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._history.append(key)
         self._history_hits.append(False)
         if self._rebuild is not None:
             self._rebuild.feed(key, False)
-        if hint is not None and self._merged >= 0 and not self.selector.forked:
-            self._unmerge()  # the first hint forks the shadows: from a shadow that has not seen it
+        if hint is not None:
+            self._part_before_fork()
         self._keys.add(key)  # where every key is sampled, also `_sampled`: the same set
         self._live.on_insert(key, now, hint if self._hinted else None)
         if self._exact:
@@ -363,18 +302,14 @@ class PoolPolicy(EvictionPolicy):
             self._observe(key, None, True)
 
     def on_remove(self, key: Key) -> None:
-        if self._merged >= 0:
-            if key != self._named:  # a delete: the shadow must not see it
-                self._unmerge()
-            self._named = None
+        if self._merged >= 0 or self._strays:  # a call per eviction only where it has work
+            self._part_on_remove(key)
         self._keys.discard(key)
-        self._strays.pop(key, None)
         self._sampled.discard(key)
         self._live.on_remove(key)
 
     def on_cold(self, key: Key) -> None:
-        if self._merged >= 0 and not self.selector.forked:
-            self._unmerge()  # as in `on_insert`: the shadows fork on the first hint
+        self._part_before_fork()
         if self._hinted and self._merged < 0:  # merged, the shadow's `cool` is the live's
             self._live.on_cold(key)
         if key in self._sampled:
@@ -384,12 +319,8 @@ class PoolPolicy(EvictionPolicy):
                 shadow.cool(key)
 
     def victim(self, keep: Callable[[Key], bool]) -> Key | None:
-        if keep is not keep_nothing and not self._protecting:  # the memory tier: pinned keys
-            self._protecting = True  # a protected key would part the cache from its shadow
-            if self._merged >= 0:
-                self._unmerge()
-        if self._merged >= 0 and self._named is not None:  # a second victim before a removal:
-            self._unmerge()  # its queue moves are none of the shadow's
+        if self._merged >= 0 or keep is not keep_nothing:
+            self._part_on_victim(keep)
         if self._shadows is None:  # the cache just filled: its size in entries is known now
             self._start(len(self._keys))
         live = self._live
@@ -399,60 +330,6 @@ class PoolPolicy(EvictionPolicy):
             self._switch()
         elif self._rebuild is not None:  # the old leader won back its lead: drop the rebuild
             self._rebuild = None
-        if self._following:
-            stray = self._follow(keep)
-            if stray is not None:
-                return stray
-        if self._merged >= 0:
-            self._named = self._live.victim(keep)
-            return self._named
+        if self._following or self._merged >= 0:
+            return self._victim_followed(keep)
         return self._live.victim(keep)
-
-    def _follow(self, keep: Callable[[Key], bool]) -> Key | None:
-        """Where every key is sampled, after the first switch: the first resident key the
-        leading shadow does not hold that `keep` lets go (None if none). Once the cache holds
-        exactly what the shadow holds, the live policy becomes a copy of the shadow and makes
-        its choices; whatever pulls the two apart again (a delete, a key the tier protects,
-        values of different sizes) makes new strays, and the next agreement a new copy. Before
-        any switch the live policy is the leader's own, fed since the cache started, and stays:
-        a copy of a shadow started when the cache filled knows less (ARC's target size, a
-        test's mixed trace: 8 hits fewer in 60,000)."""
-        stray = first_evictable(self._strays, keep)
-        if stray is not None:
-            return stray
-        if not self._aligned:
-            shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
-            if self._keys == shadow.resident:
-                hinted = self._candidates[self.leader].hinted  # the new leader's, not the live's
-                if self._protecting or (self.selector.forked and shadow.hinted != hinted):
-                    self._install(copy.deepcopy(shadow.policy))
-                else:
-                    self._merge()
-                self._aligned = True
-        return None
-
-    def _merge(self) -> None:
-        """Where every key is sampled and nothing is protected (a trace's replay), the leading
-        shadow, holding what the cache holds, *is* the live policy from now on: the cache's
-        calls drive it, and `_observe` takes the cache's hit as its hit instead of replaying the
-        access through it a second time. The two would make the same choices anyway (`_follow`
-        copied the shadow for that); merged, one policy per access is saved. Whatever would set
-        them apart parts them first (`_unmerge`): a delete, a second `victim` before a removal,
-        any `keep` but `keep_nothing` (the memory tier's: never merged again, `_protecting`), a
-        switch to another shadow, the first hint or `on_cold` before the twins fork (they fork
-        from a shadow that has not seen it), and the tier's bulk hits (`on_access_many`)."""
-        slot = self._slots[self.leader]
-        shadow = self._shadows[slot]  # type: ignore[index]
-        self._install(shadow.policy)
-        shadow.resident = self._keys
-        self._merged = slot
-
-    def _unmerge(self) -> None:
-        """The live policy becomes a copy of the merged shadow's, which goes on alone."""
-        shadow = self._shadows[self._merged]  # type: ignore[index]
-        shadow.resident = set(self._keys)
-        self._install(copy.deepcopy(shadow.policy))
-        self._merged = -1
-
-    def ranked(self) -> list[Key]:
-        return self._live.ranked()

@@ -494,6 +494,7 @@ def test_a_switch_hands_over_every_resident_key() -> None:
 _SWITCH_TO_ARC = """
 import json
 from cache_runtime import pool as pools
+from cache_runtime.candidates import CANDIDATES, Candidate
 from cache_runtime.prefix_policies import PrefixARC
 
 removed = []
@@ -503,7 +504,7 @@ class Recording(PrefixARC):
         removed.append(key)
         super().on_remove(key)
 
-pools.CANDIDATES["arc"] = pools.Candidate(Recording, False, "records its removals")
+CANDIDATES["arc"] = Candidate(Recording, False, "records its removals")
 pool = pools.PoolPolicy(("lru", "arc"), capacity=8, sample_rate=0.5, min_shadow=1)  # a rebuild
 resident = set()
 
