@@ -211,6 +211,27 @@ def test_a_new_page_never_evicts_the_page_it_extends(capacity: int) -> None:
     assert tier.check() == [] and tier.stats().bytes <= capacity
 
 
+@pytest.mark.parametrize(
+    "policy", ["lru", "prefix-slru", "prefix-arc", "mq", "s3fifo", "lirs", "preheat"]
+)
+def test_kv_pages_are_never_refused_while_a_leaf_can_go(policy: str) -> None:
+    """Prompts as chains of KV pages sharing prefixes: most cached pages have cached children
+    and are protected, but every chain ends in a leaf, so a page that fits must always be
+    stored. (S3-FIFO gave up while its small queue was all protected: the tier refused pages,
+    the cache stopped taking new ones.)"""
+    rng = random.Random(9)
+    tier = MemoryTier(64 * 10, policy=policy)
+    for _ in range(3000):
+        prompt = rng.randrange(40) if rng.random() < 0.8 else rng.randrange(10**6)
+        parent = None
+        for depth in range(rng.randrange(1, 9)):
+            page = f"{prompt}/{depth}"
+            if tier.get(page) is None:
+                assert tier.put(page, b"x" * 10, parent=parent), (page, tier.stats())
+            parent = page
+    assert tier.check() == []
+
+
 def test_ttl_left_reports_remaining_seconds() -> None:
     clock = FakeClock()
     tier = MemoryTier(100, clock=clock)
