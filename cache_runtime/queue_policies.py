@@ -105,15 +105,17 @@ class S3FIFOPolicy(EvictionPolicy):
             self._first_fill(max(1, int(self._capacity * self.small_share)))
         target = max(1, int(self._capacity * self.small_share))
         free = keep is keep_nothing
-        # Bounds, not a guess at passes: each small key is looked at once before main is asked
-        # (it leaves, moves to main or, protected, to the back); in main an unprotected key's
-        # 2-bit counter runs out within four passes. Where `keep` protects most keys (the memory
-        # tier's KV pages with cached children) a victim is still found whenever one may go;
-        # two passes over every key, the bound before, left Mooncake's pages at 20% with 2,886
-        # puts refused in the tier.
+        # Bounds, not a guess at passes: each small key is looked at at most once (it leaves,
+        # moves to main or, protected, to the back); in main an unprotected key's 2-bit counter
+        # runs out within four passes, and once main has been passed in full the small queue
+        # is asked even where main is over its share. Where `keep` protects most keys (the
+        # memory tier's KV pages with cached children) a victim is still found whenever one
+        # may go; two passes over every key, the bound before, left Mooncake's pages at 20%
+        # with 2,886 puts refused in the tier.
         small_left, main_left = len(small), 4 * len(freq) + 1
         while True:
-            if small and small_left and (len(main) <= self._capacity - target or not main):
+            over = len(main) > self._capacity - target and len(main) > 0 and main_left > 0
+            if small and small_left and not over:
                 small_left -= 1
                 key = next(iter(small))
                 if not free and keep(key):

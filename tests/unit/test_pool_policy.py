@@ -369,6 +369,20 @@ def test_a_victim_is_found_while_any_resident_key_may_go(name: str) -> None:
         resident.add(key)
 
 
+def test_s3fifo_asks_its_small_queue_once_main_is_all_kept() -> None:
+    """A ghost that returns goes to main, which can push main over its share while the small
+    queue is under it: a victim is then sought in main first, and where every key of main is
+    kept the small queue must still be asked (the review's case: the loop gave up there)."""
+    policy = S3FIFOPolicy()
+    for key in range(20):
+        policy.on_insert(key, 0.0)
+    first = policy.victim(keep_nothing)  # learns a capacity of 20: small [0, 1], main the rest
+    assert first == 0
+    policy.on_remove(0)
+    policy.on_insert(0, 0.0)  # from the ghost: into main (19 keys, over its 18)
+    assert policy.victim(lambda key: key != 1) == 1
+
+
 def _fill(policy: WTinyLFUPolicy, keys: list[int], capacity: int, resident: set[int]) -> int:
     """`keys` through `policy` as a cache of `capacity` entries; returns the hits."""
     hits = 0

@@ -66,7 +66,7 @@ def test_one_json_object_with_every_policy_and_no_refused_page(
         )
 
 
-def test_a_policy_that_gives_up_under_protection_shows_as_refused_pages(tmp_path: Path) -> None:
+def test_a_policy_that_gives_up_shows_as_refused_pages(tmp_path: Path) -> None:
     """The figure the benchmark exists for: a victim that is None while a leaf could go."""
 
     class GivesUp(S3FIFOPolicy):

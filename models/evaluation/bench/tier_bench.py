@@ -31,7 +31,9 @@ VALUE = b"\0" * 64  # a page's bytes: the budget counts pages, whatever their re
 
 
 def tier_hits(policy: EvictionPolicy, trace: AccessTrace, capacity: int) -> tuple[float, int]:
-    """(hit ratio, puts refused): `trace`'s requests through a tier of `capacity` pages."""
+    """(hit ratio, pages refused): `trace`'s requests through a tier of `capacity` pages. A
+    page counts as refused where its prefix was cached and the policy made no room for it;
+    the rest of its prompt, refused for want of their parent, does not count again."""
     tier = MemoryTier(capacity * len(VALUE), policy=policy)
     blocks = [str(block) for block in trace.accesses.tolist()]
     ends = [*trace.request_starts.tolist()[1:], len(blocks)]
@@ -42,8 +44,10 @@ def tier_hits(policy: EvictionPolicy, trace: AccessTrace, capacity: int) -> tupl
         for page in blocks[start:end]:
             if tier.get(page) is not None:
                 hits += 1
-            elif not tier.put(page, VALUE, parent=parent):
-                refused += 1
+            elif not tier.put(page, VALUE, parent=parent) and (
+                parent is None or tier.contains(parent)
+            ):
+                refused += 1  # no room made: the pages after it are refused for want of it
             parent = page
         start = end
     return hits / max(1, len(blocks)), refused
