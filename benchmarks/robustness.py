@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import orjson
 
@@ -35,7 +35,7 @@ from robustness_cache import (
 
 from cache_runtime.traces import TraceError
 from models.evaluation.bench.cache_bench import CacheSizeError
-from models.evaluation.bench.shared_data import add_shared_argument
+from models.evaluation.bench.shared_data import OneLineParser, add_shared_argument
 
 LIRS = ("2_pools", "cpp", "cs", "gli", "multi1", "multi2", "multi3", "ps", "sprite")
 # (path under --shared, trace format); every shipped cache trace, the LIRS ones by name so that
@@ -68,18 +68,10 @@ SIGNIFICANT_SERIES_GOAL = 2
 FAMILIES = ("cache", "forecast", "hotset")
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse prints its usage before the error; the benchmark scripts promise one line."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"robustness.py: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """The flags; `--quick` picks a run of a couple of minutes (one LIRS trace, two sizes,
     one series, one hot-set window)."""
-    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="robustness.py", description=__doc__.splitlines()[0])
     add_shared_argument(parser)
     parser.add_argument("--quick", action="store_true", help="a run of a couple of minutes")
     parser.add_argument("--only", choices=FAMILIES, help="run one family only")

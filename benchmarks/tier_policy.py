@@ -17,36 +17,25 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 import orjson
 
 from cache_runtime.traces import TraceError, load_trace
-from models.evaluation.bench.shared_data import add_shared_argument
+from models.evaluation.bench.cache_bench import parse_sizes
+from models.evaluation.bench.shared_data import OneLineParser, add_shared_argument
 from models.evaluation.bench.tier_bench import bench_tier
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse prints its usage before the error; the benchmark scripts promise one line."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"tier_policy.py: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def sizes_of(text: str) -> list[float]:
-    """`0.01,0.05`: shares of the unique blocks, each in (0, 1]."""
+    """`--sizes`: as `preheat bench cache` reads them."""
     try:
-        sizes = [float(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"sizes must be numbers, got {text!r}") from None
-    if not sizes or not all(0 < size <= 1 for size in sizes):
-        raise argparse.ArgumentTypeError(f"each size must be in (0, 1], got {text!r}")
-    return sizes
+        return parse_sizes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="tier_policy.py", description=__doc__.splitlines()[0])
     add_shared_argument(parser)
     parser.add_argument("--trace", type=Path, help="a Mooncake-format trace (default: shipped)")
     parser.add_argument("--sizes", type=sizes_of, default=sizes_of("0.01,0.05,0.1,0.2"))

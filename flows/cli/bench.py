@@ -29,18 +29,6 @@ bench = typer.Typer(
 )
 
 
-def _parse_sizes(sizes: str) -> list[float]:
-    try:
-        values = [float(part) for part in sizes.split(",") if part.strip()]
-    except ValueError:
-        raise CliError(
-            f"--sizes {sizes!r}: expected comma-separated fractions like 0.01,0.1"
-        ) from None
-    if not values or any(not 0 < v <= 1 for v in values):
-        raise CliError(f"--sizes {sizes!r}: every fraction must be in (0, 1]")
-    return values
-
-
 @bench.command("cache")
 def bench_cache_command(
     trace: TraceOption,
@@ -54,9 +42,12 @@ def bench_cache_command(
 ) -> None:
     """Replay a trace through the memory tier's policy and libCacheSim's, side by side."""
     from cache_runtime.traces import TraceError, load_trace
-    from models.evaluation.bench.cache_bench import CacheSizeError, bench_cache
+    from models.evaluation.bench.cache_bench import CacheSizeError, bench_cache, parse_sizes
 
-    fractions = _parse_sizes(sizes)
+    try:
+        fractions = parse_sizes(sizes)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     try:
         loaded = load_trace(trace, format_name)
     except TraceError as err:

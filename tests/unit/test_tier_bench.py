@@ -84,8 +84,8 @@ def test_a_policy_that_gives_up_shows_as_refused_pages(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--sizes", "0.1,x"], "sizes must be numbers"),
-        (["--sizes", "0"], "each size must be in (0, 1]"),
+        (["--sizes", "0.1,x"], "expected comma-separated fractions"),
+        (["--sizes", "0"], "every fraction must be in (0, 1]"),
         (["--trace", "/nonexistent/prompts.jsonl"], "not found"),
     ],
 )

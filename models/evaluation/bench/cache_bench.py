@@ -46,6 +46,20 @@ class CacheSizeError(ValueError):
     """A cache size too small for a peer policy (checked before any replay)."""
 
 
+def parse_sizes(sizes: str) -> list[float]:
+    """`0.01,0.1`: cache sizes as fractions of the unique objects, each in (0, 1]; a
+    ValueError saying what is wrong otherwise (`preheat bench cache`, `tier_policy.py`)."""
+    try:
+        values = [float(part) for part in sizes.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(
+            f"--sizes {sizes!r}: expected comma-separated fractions like 0.01,0.1"
+        ) from None
+    if not values or any(not 0 < v <= 1 for v in values):
+        raise ValueError(f"--sizes {sizes!r}: every fraction must be in (0, 1]")
+    return values
+
+
 def libcachesim_hits(name: str, trace: AccessTrace, capacity: int, oracle: Path) -> np.ndarray:
     """(N,) bool: which accesses hit in libCacheSim's `name` policy (LRU, ARC, S3FIFO, Sieve,
     WTinyLFU, Belady) of `capacity` objects; `oracle`: the trace as an oracleGeneral file
