@@ -6,7 +6,7 @@ from __future__ import annotations
 from cache_runtime.handover import DROP_STEP, Handover
 from cache_runtime.policies import EvictionPolicy, LRUPolicy
 from cache_runtime.pool import PoolPolicy
-from cache_runtime.queue_policies import MQPolicy
+from cache_runtime.queue_policies import MQPolicy, S3FIFOPolicy
 from cache_runtime.tiers.memory import MemoryTier
 
 
@@ -158,7 +158,9 @@ def test_a_key_deleted_during_a_handover_is_never_offered_to_the_tier() -> None:
     tier.delete("r50")
     for i in range(300):
         assert tier.put(f"z{i}", b"x")
-    assert pool._live.legacy == {"o99"}  # type: ignore[attr-defined]
+    # the old leader could name none of its keys left: the new leader took the pinned one
+    assert isinstance(pool._live, MQPolicy) and "o99" in pool._live.ranked()
+    assert tier.contains("o99") and tier.check() == []
 
     tier, pool = _tier_in_handover(pinned=None)
     tier.delete("r50")
@@ -169,3 +171,33 @@ def test_a_key_deleted_during_a_handover_is_never_offered_to_the_tier() -> None:
     assert len(live.legacy) == 1
     assert tier.put("two-victims", b"xx")  # the second victim comes after the last legacy key
     assert not live.legacy and tier.get("r49") is not None
+
+
+def test_an_old_leader_holding_only_protected_keys_retires_after_a_bounded_search() -> None:
+    """In the memory tier a KV page with cached children is kept. An old leader whose keys left
+    are all such parents passed every one of them on every eviction (S3-FIFO: up to four passes
+    over its main queue, 6,668 `keep` calls per eviction on Mooncake's pages at 20%). It may
+    now ask about DROP_STEP keys per eviction; past that its keys go to the new leader,
+    inserted and cooled, its own first victims first, and the new leader names the victim."""
+    parents = [f"p{i}" for i in range(5000)]
+    old = S3FIFOPolicy()
+    for key in parents:
+        old.on_insert(key, 0.0, None)
+    for key in parents[::2]:
+        old.on_access(key, 0.0)  # counters the old leader must wear down pass by pass
+    leader = _lru(list(range(10)), [])
+    handover = Handover(leader, old, set(parents))
+    asked_old = 0  # keys asked about while the old leader searched
+
+    def keep(key: object) -> bool:
+        nonlocal asked_old
+        asked_old += bool(handover.legacy)
+        return str(key).startswith("p") and key != "p4999"  # one legacy leaf, at the back
+
+    victim = handover.victim(keep)
+    assert asked_old == DROP_STEP  # 20,000 before: 5,000 keys, four passes
+    assert not handover.legacy
+    assert victim == "p4999"  # now the new leader's, cooled: the first that may go
+    order = leader.ranked()
+    assert set(order) == {*parents, *range(10)}
+    assert order.index("p0") < order.index(0)  # the old keys, cooled, go before its own
