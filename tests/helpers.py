@@ -105,6 +105,35 @@ def write_warmable_lake(root: Path, hours: float = 2.0) -> Path:
     return data_dir
 
 
+def write_page_lake(
+    data_dir: Path, pages: list[list[int]], tokens: Any = 64, priority: Any = None
+) -> None:
+    """`data_dir/lake`'s request log: one request a second, each the KV pages (prefix hashes) of
+    its prompt, as the scheduled tuning and `benchmarks/tier_policy.py --lake` read them."""
+    import pandas as pd
+
+    from data_contracts import RequestLog
+    from data_contracts.lake import Lake
+
+    requests = pd.DataFrame(
+        {
+            "timestamp": pd.date_range("2024-03-04", periods=len(pages), freq="s", tz="UTC"),
+            "tenant": "acme",
+            "request_id": [f"r{i}" for i in range(len(pages))],
+            "session_id": "s1",
+            "prompt": None,
+            "prompt_tokens": tokens,
+            "output_tokens": 5,
+            "prefix_hashes": pages,
+            "template_id": None,
+            "route": None,
+            "latency_ms": None,
+            "priority": priority,
+        }
+    )
+    Lake(data_dir / "lake").append("requests", RequestLog.validate(requests))
+
+
 def ledger_frame(data_dir: Path, plan: str, target: str) -> Any:
     """A warm-up ledger's rows (one per item) as a DataFrame."""
     from models.warmup.execute import WarmLedger

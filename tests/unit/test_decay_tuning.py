@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pytest
-from helpers import invoke_cli
+from helpers import invoke_cli, write_page_lake
 
 from cache_runtime.heat import DecayParams
 from cache_runtime.policies import HeatPolicy, LRUPolicy
@@ -90,8 +90,6 @@ def test_tune_decay_flow_logs_to_mlflow_and_publishes_params(
 ) -> None:
     import mlflow
 
-    from data_contracts import RequestLog
-    from data_contracts.lake import Lake
     from flows.tuning.flow import decay_params_path, tune_decay_flow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -114,23 +112,8 @@ def test_tune_decay_flow_logs_to_mlflow_and_publishes_params(
     # the scheduled run reads the lake, whose requests have priorities: the weight is tuned too
     accesses, starts, _, priorities = _vip_and_churn()
     ends = np.append(starts[1:], len(accesses))
-    requests = pd.DataFrame(
-        {
-            "timestamp": pd.date_range("2024-03-04", periods=len(starts), freq="s", tz="UTC"),
-            "tenant": "acme",
-            "request_id": [f"r{i}" for i in range(len(starts))],
-            "session_id": "s1",
-            "prompt": None,
-            "prompt_tokens": 64,
-            "output_tokens": 5,
-            "prefix_hashes": [accesses[a:b].tolist() for a, b in zip(starts, ends, strict=True)],
-            "template_id": None,
-            "route": None,
-            "latency_ms": None,
-            "priority": priorities[starts],
-        }
-    )
-    Lake(tmp_path / "data" / "lake").append("requests", RequestLog.validate(requests))
+    pages = [accesses[a:b].tolist() for a, b in zip(starts, ends, strict=True)]
+    write_page_lake(tmp_path / "data", pages, priority=priorities[starts])
     out = tune_decay_flow.fn(
         data_dir=str(tmp_path / "data"), mlflow_uri=uri, mlflow_artifacts=str(tmp_path / "a"),
         window=1200, capacity=0.05, rounds=6, grid=4,

@@ -11,6 +11,7 @@ from types import ModuleType
 import numpy as np
 import orjson
 import pytest
+from helpers import write_page_lake
 
 from cache_runtime.policies import LRUPolicy
 from cache_runtime.queue_policies import LIRSPolicy, S3FIFOPolicy
@@ -89,6 +90,8 @@ def test_a_policy_that_gives_up_shows_as_refused_pages(tmp_path: Path) -> None:
         (["--sizes", "0.1,x"], "expected comma-separated fractions"),
         (["--sizes", "0"], "every fraction must be in (0, 1]"),
         (["--trace", "/nonexistent/prompts.jsonl"], "not found"),
+        (["--lake", "/nonexistent/data"], "is not a directory"),
+        (["--trace", "t.jsonl", "--lake", "data"], "not allowed with argument"),
     ],
 )
 def test_a_bad_flag_or_trace_is_one_line(
@@ -147,3 +150,25 @@ def test_lirs_in_the_tier_hits_what_its_replay_does(capacity: int) -> None:
     assert refused == 0
     assert abs(in_tier - replayed) < 0.01, (in_tier, replayed)
     assert in_tier > lru_in_tier + 0.05
+
+
+def test_a_data_directorys_request_log_runs_as_the_trace(
+    tier_policy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--lake DATA_DIR`: the requests the platform logged, as KV pages (what `make demo`
+    leaves in `data`); a directory without a request log is one line."""
+    trace = templated_prompts(requests=400)
+    ends = [*trace.request_starts[1:].tolist(), len(trace.accesses)]
+    pages = [trace.accesses[a:b].tolist() for a, b in zip(trace.request_starts, ends, strict=True)]
+    write_page_lake(tmp_path / "data", pages, tokens=[16 * len(p) for p in pages], priority=5)
+    assert tier_policy.main(["--lake", str(tmp_path / "data"), "--sizes", "0.05"]) == 0
+    out = orjson.loads(capsys.readouterr().out)
+    assert out["accesses"] == len(trace.accesses) and out["unique"] == trace.unique
+    assert out["refused_puts"] == 0
+    lirs = out["sizes"]["0.05"]["policies"]["lirs"]
+    assert abs(lirs["tier"] - lirs["replay"]) < 0.01
+
+    (tmp_path / "empty").mkdir()
+    assert tier_policy.main(["--lake", str(tmp_path / "empty")]) == 1
+    err = capsys.readouterr().err
+    assert "no requests with prefix hashes" in err and len(err.strip().splitlines()) == 1
