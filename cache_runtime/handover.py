@@ -123,13 +123,17 @@ class Handover(EvictionPolicy):
         tier, where KV pages with cached children are kept, its keys left are mostly parents,
         and each eviction passed them all (Mooncake's pages at 20%, interpreted: 21 s for the
         trace, 4 x any candidate alone; the old S3-FIFO asked `keep` 6,668 times per call). The
-        new leader takes them as the switch before the handover did: inserted and marked cold,
-        the old leader's first victims last so that they go first. In a trace's replay nothing
+        new leader takes them as the switch before the handover did: inserted in the old
+        leader's order, then marked cold from its last victim to its first, so that its first
+        go first whether the leader queues them by insertion (S3-FIFO, MQ) or cools them to its
+        eviction end (LRU, SLRU, ARC, LIRS). In a trace's replay nothing
         is protected and the old leader always names a key: the same hits in all 88 figures of
         the session's sweep (2026-12-06)."""
         legacy, leader = self.legacy, self.leader
-        for key in reversed([key for key in self.old.ranked() if key in legacy]):
+        order = [key for key in self.old.ranked() if key in legacy]
+        for key in order:
             leader.on_insert(key, 0.0, None)
+        for key in reversed(order):
             leader.on_cold(key)
         legacy.clear()
 

@@ -106,12 +106,13 @@ class S3FIFOPolicy(EvictionPolicy):
             return self._search(keep, [], [])
         parked_small: list[Key] = []
         parked_main: list[Key] = []
-        found = self._search(keep, parked_small, parked_main)
-        for queue, parked in ((self._small, parked_small), (self._main, parked_main)):
-            for key in reversed(parked):  # back to the front, in their order
-                queue[key] = None
-                queue.move_to_end(key, last=False)
-        return found
+        try:
+            return self._search(keep, parked_small, parked_main)
+        finally:  # even where `keep` raises: a key set aside and lost could never be evicted
+            for queue, parked in ((self._small, parked_small), (self._main, parked_main)):
+                for key in reversed(parked):  # back to the front, in their order
+                    queue[key] = None
+                    queue.move_to_end(key, last=False)
 
     def _search(
         self, keep: Callable[[Key], bool], parked_small: list[Key], parked_main: list[Key]
@@ -305,7 +306,8 @@ class LIRSPolicy(EvictionPolicy):
         self._ghosts: OrderedDict[Key, None] = OrderedDict()  # non-resident HIR in the stack
         self._lir_limit: int | None = None
         self._lirs = 0
-        self._pinned = 0  # LIR room given up to kept HIR keys (`victim`), refilled by reuse only
+        self._pinned = 0  # LIR room given up to kept HIR keys, refilled by reuse only
+        self._forced: set[Key] = set()  # LIR keys named while every HIR key was kept
 
     def _prune(self) -> None:
         stack, status = self._stack, self._status
@@ -317,7 +319,11 @@ class LIRSPolicy(EvictionPolicy):
             self._ghosts.pop(key, None)
 
     def _demote_bottom(self) -> None:
-        bottom = next(iter(self._stack))  # LIR after every prune
+        # pruned first: where no LIR key was left (all given up to kept keys, or all cooled by
+        # hints) HIR keys entered the stack at its bottom, and demoting one of them miscounted
+        # the LIR set for good (found in review, 2026-12-06); elsewhere a no-op
+        self._prune()
+        bottom = next(iter(self._stack))
         del self._stack[bottom]
         self._status[bottom] = _HIR
         self._lirs -= 1
@@ -340,6 +346,8 @@ class LIRSPolicy(EvictionPolicy):
         self._make_lir(key)
 
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
+        if self._forced:  # the put that named them is done: those that went have been counted
+            self._forced.clear()
         if self._lir_limit is None or self._lirs + self._pinned < self._lir_limit:
             self._ghosts.pop(key, None)
             self._make_lir(key)
@@ -374,6 +382,9 @@ class LIRSPolicy(EvictionPolicy):
             self._lirs -= 1
             del self._stack[key]
             self._prune()
+            if self._forced and key in self._forced:
+                self._forced.discard(key)
+                self._give_up_lir_room()
             return
         del self._queue[key]
         self._forget_hir(key)
@@ -408,12 +419,13 @@ class LIRSPolicy(EvictionPolicy):
         if found is None:
             found = next((k for k in self._stack if self._status.get(k) and not keep(k)), None)
             if found is not None and keep is not keep_nothing:
-                self._give_up_lir_room()
+                self._forced.add(found)  # its room is given up when it goes (a put may be refused)
         return found
 
     def _give_up_lir_room(self) -> None:
-        """Every resident HIR key is kept (the memory tier's KV pages with cached children: a
-        prompt's pages are parents as soon as its next page is written), so a LIR key goes. Its
+        """A LIR key named while every resident HIR key was kept has gone (the memory tier's KV
+        pages with cached children: a prompt's pages are parents as soon as its next page is
+        written; counted when it goes, not when named, for the tier may refuse the put). Its
         room must not go to the next new key, as room below the LIR limit does while the cache
         fills: then every long prompt evicted LIR keys for its own pages, which took their
         places as LIR, and LIRS in the tier was LRU (the demo's request log, 96,357 pages at

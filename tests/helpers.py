@@ -134,6 +134,53 @@ def write_page_lake(
     Lake(data_dir / "lake").append("requests", RequestLog.validate(requests))
 
 
+def templated_prompts(requests: int = 3000, seed: int = 0) -> Any:
+    """An `AccessTrace` of prompts as a templated application sends them: one of 30 templates
+    (3 shared pages, Zipf-popular) and a fresh tail of 4-8 pages never asked for again."""
+    import numpy as np
+
+    from cache_runtime.traces import AccessTrace
+
+    rng = np.random.default_rng(seed)
+    pages: list[int] = []
+    starts: list[int] = []
+    fresh = 10**6
+    for _ in range(requests):
+        template = int(rng.zipf(1.5)) % 30
+        tail = int(rng.integers(4, 9))
+        starts.append(len(pages))
+        pages += [template * 10 + j for j in range(3)] + list(range(fresh, fresh + tail))
+        fresh += tail
+    return AccessTrace("templated", np.array(pages), np.array(starts))
+
+
+def multi_turn_chats(requests: int = 4000, seed: int = 0) -> Any:
+    """An `AccessTrace` of about 40 live conversations: each turn's prompt is the conversation
+    so far (its previous turn's pages) and 1-4 new pages; a chat ends after 40 pages or at
+    random."""
+    import numpy as np
+
+    from cache_runtime.traces import AccessTrace
+
+    rng = np.random.default_rng(seed)
+    chats: list[list[int]] = []
+    pages: list[int] = []
+    starts: list[int] = []
+    fresh = 0
+    for _ in range(requests):
+        if len(chats) < 40 or rng.random() < 0.1:
+            chats.append([])
+        i = int(rng.integers(len(chats)))
+        new = int(rng.integers(1, 5))
+        chats[i] += range(fresh, fresh + new)
+        fresh += new
+        starts.append(len(pages))
+        pages += chats[i]
+        if len(chats[i]) > 40 or rng.random() < 0.15:
+            chats.pop(i)
+    return AccessTrace("chats", np.array(pages), np.array(starts))
+
+
 def ledger_frame(data_dir: Path, plan: str, target: str) -> Any:
     """A warm-up ledger's rows (one per item) as a DataFrame."""
     from models.warmup.execute import WarmLedger

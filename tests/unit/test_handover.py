@@ -3,6 +3,8 @@ leader, which evicts them first in its own order (`cache_runtime.handover`)."""
 
 from __future__ import annotations
 
+import pytest
+
 from cache_runtime.handover import DROP_STEP, Handover
 from cache_runtime.policies import EvictionPolicy, LRUPolicy
 from cache_runtime.pool import PoolPolicy
@@ -201,3 +203,21 @@ def test_an_old_leader_holding_only_protected_keys_retires_after_a_bounded_searc
     order = leader.ranked()
     assert set(order) == {*parents, *range(10)}
     assert order.index("p0") < order.index(0)  # the old keys, cooled, go before its own
+
+
+@pytest.mark.parametrize("make", [S3FIFOPolicy, MQPolicy, LRUPolicy])
+def test_a_retired_old_leaders_keys_go_first_in_its_order(make: type[EvictionPolicy]) -> None:
+    """Whether the new leader queues the keys by insertion (S3-FIFO, MQ) or cools them to its
+    eviction end (LRU), the old leader's first victims go first (inserted last-first, S3-FIFO
+    would have let them go last-first: found in review)."""
+    old = _lru([], [])
+    for key in ("o1", "o2", "o3"):
+        old.on_insert(key, 0.0, None)
+    leader = make()
+    for key in range(10):
+        leader.on_insert(key, 0.0, None)
+    leader.victim(lambda _: False)  # the leader has filled
+    handover = Handover(leader, old, {"o1", "o2", "o3"})
+    assert handover.victim(lambda key: str(key).startswith("o")) == 0  # all kept: retired
+    order = [key for key in leader.ranked() if key != 0]
+    assert order[:3] == ["o1", "o2", "o3"]

@@ -11,12 +11,10 @@ from types import ModuleType
 import numpy as np
 import orjson
 import pytest
-from helpers import write_page_lake
+from helpers import templated_prompts, write_page_lake
 
-from cache_runtime.policies import LRUPolicy
-from cache_runtime.queue_policies import LIRSPolicy, S3FIFOPolicy
-from cache_runtime.simulator import replay
-from cache_runtime.traces import AccessTrace, load_trace
+from cache_runtime.queue_policies import S3FIFOPolicy
+from cache_runtime.traces import load_trace
 from models.evaluation.bench.tier_bench import tier_hits
 
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "tier_policy.py"
@@ -118,40 +116,6 @@ def test_a_malformed_trace_is_one_line(
     assert err.startswith("tier_policy.py: ") and len(err.strip().splitlines()) == 1
 
 
-def templated_prompts(requests: int = 3000, seed: int = 0) -> AccessTrace:
-    """Prompts as a templated application sends them: one of 30 templates (3 shared pages,
-    Zipf-popular) and a fresh tail of 4-8 pages that is never asked for again."""
-    rng = np.random.default_rng(seed)
-    pages: list[int] = []
-    starts: list[int] = []
-    fresh = 10**6
-    for _ in range(requests):
-        template = int(rng.zipf(1.5)) % 30
-        tail = int(rng.integers(4, 9))
-        starts.append(len(pages))
-        pages += [template * 10 + j for j in range(3)] + list(range(fresh, fresh + tail))
-        fresh += tail
-    return AccessTrace("templated", np.array(pages), np.array(starts))
-
-
-@pytest.mark.parametrize("capacity", [60, 100, 200])
-def test_lirs_in_the_tier_hits_what_its_replay_does(capacity: int) -> None:
-    """A prompt's pages are parents as soon as its next page is written, so while a tail is
-    written every resident HIR key of LIRS (1% of the cache) is kept and a LIR key must go.
-    Its room went to the next new page as LIR, and LIRS in the tier was LRU (here 0.194 against
-    0.293 replayed at 60 pages; the demo's request log at 1%: 0.5967 against 0.6231). The pool
-    chooses by replays, so a policy must hit in the tier what its replay promises."""
-    trace = templated_prompts()
-    in_tier, refused = tier_hits(LIRSPolicy(), trace, capacity)
-    replayed = float(
-        np.mean(replay(LIRSPolicy(), trace.accesses, trace.request_starts, capacity, hints=False))
-    )
-    lru_in_tier, _ = tier_hits(LRUPolicy(), trace, capacity)
-    assert refused == 0
-    assert abs(in_tier - replayed) < 0.01, (in_tier, replayed)
-    assert in_tier > lru_in_tier + 0.05
-
-
 def test_a_data_directorys_request_log_runs_as_the_trace(
     tier_policy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -172,41 +136,3 @@ def test_a_data_directorys_request_log_runs_as_the_trace(
     assert tier_policy.main(["--lake", str(tmp_path / "empty")]) == 1
     err = capsys.readouterr().err
     assert "no requests with prefix hashes" in err and len(err.strip().splitlines()) == 1
-
-
-def multi_turn_chats(requests: int = 4000, seed: int = 0) -> AccessTrace:
-    """Chats of about 40 live conversations: each turn's prompt is the conversation so far (its
-    previous turn's pages) and 1-4 new pages; a chat ends after 40 pages or at random."""
-    rng = np.random.default_rng(seed)
-    chats: list[list[int]] = []
-    pages: list[int] = []
-    starts: list[int] = []
-    fresh = 0
-    for _ in range(requests):
-        if len(chats) < 40 or rng.random() < 0.1:
-            chats.append([])
-        i = int(rng.integers(len(chats)))
-        new = int(rng.integers(1, 5))
-        chats[i] += range(fresh, fresh + new)
-        fresh += new
-        starts.append(len(pages))
-        pages += chats[i]
-        if len(chats[i]) > 40 or rng.random() < 0.15:
-            chats.pop(i)
-    return AccessTrace("chats", np.array(pages), np.array(starts))
-
-
-@pytest.mark.parametrize("size", [0.05, 0.1, 0.2])
-def test_s3fifo_in_the_tier_hits_about_what_its_replay_does(size: float) -> None:
-    """A chat's pages are kept until the pages after them go, the last first. Sent to the back
-    of their queue as they were passed, each page waited a whole pass after the one after it,
-    the small queue filled with them and victims came from main: 0.44 / 0.56 / 0.64 in the
-    tier here against 0.54 / 0.70 / 0.76 replayed. A kept key now keeps its place."""
-    trace = multi_turn_chats()
-    capacity = round(size * trace.unique)
-    in_tier, refused = tier_hits(S3FIFOPolicy(), trace, capacity)
-    replayed = float(
-        np.mean(replay(S3FIFOPolicy(), trace.accesses, trace.request_starts, capacity, hints=False))
-    )
-    assert refused == 0
-    assert abs(in_tier - replayed) < 0.03, (in_tier, replayed)
