@@ -126,9 +126,9 @@ class Handover(EvictionPolicy):
         new leader takes them as the switch before the handover did: inserted in the old
         leader's order, then marked cold from its last victim to its first, so that its first
         go first whether the leader queues them by insertion (S3-FIFO, MQ) or cools them to its
-        eviction end (LRU, SLRU, ARC, LIRS). In a trace's replay nothing
-        is protected and the old leader always names a key: the same hits in all 88 figures of
-        the session's sweep (2026-12-06)."""
+        eviction end (LRU, SLRU, ARC, LIRS). In a trace's replay nothing is protected and the
+        old leader always names a key: the same hits in all 88 figures of the session's sweep
+        (2026-12-06)."""
         legacy, leader = self.legacy, self.leader
         order = [key for key in self.old.ranked() if key in legacy]
         for key in order:

@@ -130,7 +130,8 @@ class WTinyLFUPolicy(EvictionPolicy):
         written: left in the window they piled up, and every victim passed them all (Mooncake's
         pages through the tier at 10%: 11,606 `keep` calls per victim, 377 s, hit ratio 0.1956;
         now 71 calls, 0.2428; the other candidates hit 0.25-0.28 there). Also tried: the kept
-        keys a victim passes sent to their queue's back, as S3-FIFO does: 47 calls, but 0.2352."""
+        keys a victim passes sent to their queue's back, as S3-FIFO did until 2026-12-06: 47
+        calls, but 0.2352."""
         window, probation = self._window, self._probation
         while len(window) > self._window_size:
             head = next(iter(window))
