@@ -115,3 +115,28 @@ def test_the_dask_runner_setting_deploys_the_same_flow_on_dask(tmp_path: Path) -
     assert isinstance(entrypoints.warmup_dask.task_runner, DaskTaskRunner)
     assert entrypoints.warmup.retries == settings.serve.flow_retries  # the deployments' policy
     assert entrypoints.warmup.retry_delay_seconds == settings.serve.flow_retry_delay_s
+
+
+def test_every_deployment_names_a_lazy_entrypoint_and_a_run_imports_only_its_flow(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    import flows.serve.entrypoints as entrypoints
+
+    specs = deployment_specs(load_settings(None), tmp_path, None, "n1", "p")
+    assert {s.flow_attr for s in specs} <= set(entrypoints.FLOWS)
+    assert set(entrypoints.FLOWS) <= set(dir(entrypoints))
+    with pytest.raises(AttributeError, match="no_such_flow"):
+        _ = entrypoints.no_such_flow
+    # a flow run's process: the model deployment flow alone, not the warm-up or training flows
+    probe = (
+        "import sys, flows.serve.entrypoints as e; e.deploy_models; "
+        "print(sorted(m for m in ('flows.warmup.flow', 'flows.forecast.flow', "
+        "'flows.heat.flow', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
