@@ -13,6 +13,9 @@ Prefect reads a module-path entrypoint with `getattr`). Importing every flow cos
 run's process 9.2 s where the ingest flow alone takes 3.1 s and model deployment 1.5 s
 (`python -c "import ..."` on the 2-core development machine, 2026-12-06): a triggered run
 started that much later, and `tests/integration/test_serve.py` paid it on every run.
+
+Wiring without a Prefect import of its own: the flows it imports bring Prefect; it only gives
+each the deployments' retry policy (`with_options`).
 """
 
 from __future__ import annotations
