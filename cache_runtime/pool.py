@@ -8,7 +8,7 @@ hits names the policy that evicts for the real cache (with its family: "Hints" b
 choice is `selector.Selector`'s, the following this module's). The
 shadows see only the trace and the hints, never the live policy's choices, so the live choice
 cannot feed back into its own score.
-What each rule below gained, cell by cell: docs/benchmarks.md, "How the pool got here".
+What each rule below gained, cell by cell: docs/robustness.md, "How the pool got here".
 
 A switch. Only the leader keeps state for the real cache, and a real cache cannot take a
 shadow's contents, so a switch pays until the new leader has refilled it. The new leader is

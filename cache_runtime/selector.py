@@ -82,7 +82,7 @@ class Selector:
         Mooncake, each hinted replay against the one with a hint less: 6 of 16 cells lower by
         0.0081 in all -> 6 by 0.0039; choosing the family on plain shadows alone lowered none
         for the tail hint but cut the explicit close at 10% from 15% of the LRU-Belady gap to
-        8.5% (docs/benchmarks.md)."""
+        8.5% (docs/robustness.md)."""
         wins, choice = self.wins, self.choice
         lead = self.lead * max(len(self.window), EARLY_WINDOW)
         if lead < 1.0:

@@ -17,6 +17,13 @@ heaviest expert (0.157 / 0.143 / 0.112), and drawing one expert at random by the
 textbook randomised forecaster, whose expected loss the regret bound speaks of): the planner
 wants one deterministic hot set. The weights are the fixed-share ones as they are: dropping the
 experts held up only by the share (as the forecasts do) recalled 0.165 / 0.144 / 0.111.
+At 60 s the combination recalls less than EWMA where EWMA holds two thirds of the weight (one
+window: 0.109 against 0.134), so the scale of each expert's scores was tried again (2026-12-06,
+the experts' scores of `preheat bench hotset` replayed offline, shipped 0.1668 / 0.1442 /
+0.1148): weighted reciprocal rank fusion, 1 / (c + rank) at c = 1, 10, 60, 0.1590-0.1611 /
+0.1427-0.1447 / 0.1113-0.1138; each expert scaled by the mass of its own top K, by its best
+key's score or by its K-th's, 0.1630-0.1641 / 0.1425-0.1445 / 0.1073-0.1133. None reaches EWMA's
+0.1475 at 60 s, and each loses at 30 s and 120 s.
 
 The experts are fitted on the windows before the held-back `val_windows`, which warm up the
 weights, and refitted on every window before `until` for the windows from `until` on: the same
