@@ -186,3 +186,38 @@ def test_bad_flag_exits_2_with_one_line(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_hotset_family_trains_on_one_thread_as_the_command_does(
+    robustness: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--only hotset` must print what the full run and `preheat bench hotset` print: the
+    models' training depends on torch's thread count, which only the forecast family set."""
+    import torch
+
+    from models.evaluation.bench import hotset_bench
+
+    threads: list[int] = []
+
+    def recording_bench(*_args: object) -> dict[str, object]:
+        threads.append(torch.get_num_threads())
+        recall = {"recall_of_requests": 0.1}
+        methods = {"preheat": recall, "last_window": recall, "ewma_frequency": recall}
+        return {"windows": 3, "methods": methods, "preheat_chosen": "adahedge"}
+
+    trace = tmp_path / robustness.HOTSET_TRACE
+    trace.parent.mkdir(parents=True)
+    trace.touch()
+    monkeypatch.setattr(hotset_bench, "bench_hotset", recording_bench)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert robustness.main(["--quick", "--only", "hotset", "--shared", str(tmp_path)]) == 0
+    finally:
+        torch.set_num_threads(before)
+    out = orjson.loads(capsys.readouterr().out)
+    assert out["hotset"]["windows"]["mooncake_60s"]["ratio_to_better_frequency_baseline"] == 1.0
+    assert threads == [1]
