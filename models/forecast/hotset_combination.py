@@ -23,7 +23,11 @@ the experts' scores of `preheat bench hotset` replayed offline, shipped 0.1668 /
 0.1148): weighted reciprocal rank fusion, 1 / (c + rank) at c = 1, 10, 60, 0.1590-0.1611 /
 0.1427-0.1447 / 0.1113-0.1138; each expert scaled by the mass of its own top K, by its best
 key's score or by its K-th's, 0.1630-0.1641 / 0.1425-0.1445 / 0.1073-0.1133. None reaches EWMA's
-0.1475 at 60 s, and each loses at 30 s and 120 s.
+0.1475 at 60 s, and each loses at 30 s and 120 s. Nor does another weighting of the same scores
+(twenty-second session, offline, shipped 0.1663 / 0.1451 / 0.1148 there): AdaHedge's share at
+0.01 or 0.2, 0.1614-0.1626 / 0.1441 / 0.1138-0.1195; BOA on the recall losses, 0.1616 / 0.1464 /
+0.1087; equal weights, 0.1649 / 0.1453 / 0.1123; a softmax of the summed losses at temperature
+0.01-0.1, 0.1605-0.1639 / 0.1444-0.1466 / 0.1072-0.1194.
 
 The experts are fitted on the windows before the held-back `val_windows`, which warm up the
 weights, and refitted on every window before `until` for the windows from `until` on: the same

@@ -206,8 +206,10 @@ def test_bench_cache_output_shape() -> None:
         "unique",
         "infinite_hit_ratio",
         "req_per_s",
+        "lru_req_per_s",
         "sizes",
     }
+    assert result["lru_req_per_s"] > 0 and result["req_per_s"] > 0
     for row in result["sizes"].values():
         for name in ("preheat", "LRU", "ARC", "S3FIFO", "Sieve", "WTinyLFU", "Belady"):
             assert 0 <= row[name] <= row["Belady"] + 1e-9 or name == "Belady"

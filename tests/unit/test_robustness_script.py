@@ -68,6 +68,11 @@ def test_quick_cache_on_a_generated_trace(
     assert worst["ratio_to_best_online"] == min(c["ratio_to_best_online"] for c in cells.values())
     assert worst["where"].startswith("multi2.trace.gz @ ")
     assert isinstance(out["goals"]["cache_never_below_lru"], bool)
+    replay = out["goals"]["replay_at_least_200k_per_s"]
+    trace = out["cache"]["traces"]["multi2.trace.gz"]
+    assert replay["slowest_trace"] == "multi2.trace.gz"
+    assert replay["slowest_req_per_s"] == trace["req_per_s"] > 0
+    assert replay["slowest_trace_lru_req_per_s"] == trace["lru_req_per_s"] > 0
     assert "seconds" in out and "seconds" in out["cache"]
 
 
