@@ -27,7 +27,9 @@ key's score or by its K-th's, 0.1630-0.1641 / 0.1425-0.1445 / 0.1073-0.1133. Non
 (twenty-second session, offline, shipped 0.1663 / 0.1451 / 0.1148 there): AdaHedge's share at
 0.01 or 0.2, 0.1614-0.1626 / 0.1441 / 0.1138-0.1195; BOA on the recall losses, 0.1616 / 0.1464 /
 0.1087; equal weights, 0.1649 / 0.1453 / 0.1123; a softmax of the summed losses at temperature
-0.01-0.1, 0.1605-0.1639 / 0.1444-0.1466 / 0.1072-0.1194.
+0.01-0.1, 0.1605-0.1639 / 0.1444-0.1466 / 0.1072-0.1194; the shipped weighting without the
+weakest experts (attention, last window, the fit-once booster, or two of them), 0.1613-0.1668 /
+0.1428-0.1466 / 0.1073-0.1148.
 
 The experts are fitted on the windows before the held-back `val_windows`, which warm up the
 weights, and refitted on every window before `until` for the windows from `until` on: the same
