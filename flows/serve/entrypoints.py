@@ -56,4 +56,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *FLOWS])
+    return sorted({*globals(), *FLOWS})  # a set: a flow already loaded is in both

@@ -128,6 +128,8 @@ def test_every_deployment_names_a_lazy_entrypoint_and_a_run_imports_only_its_flo
     specs = deployment_specs(load_settings(None), tmp_path, None, "n1", "p")
     assert {s.flow_attr for s in specs} <= set(entrypoints.FLOWS)
     assert set(entrypoints.FLOWS) <= set(dir(entrypoints))
+    _ = entrypoints.deploy_models  # loaded: now a global too, listed once
+    assert len(dir(entrypoints)) == len(set(dir(entrypoints)))
     with pytest.raises(AttributeError, match="no_such_flow"):
         _ = entrypoints.no_such_flow
     # a flow run's process: the model deployment flow alone, not the warm-up or training flows
