@@ -1,0 +1,123 @@
+"""`benchmarks/pool_sweep.py`: the pool on cells it was not tuned on. The generated workloads are
+the same on every run and each favours the policy family it is built for; a group's summary
+counts what the issue's goals count; a bad `--pool` is one line and exit 2; the peers' figures
+are kept between runs. No timings."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import orjson
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "pool_sweep.py"
+
+
+@pytest.fixture(scope="module")
+def sweep() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location("pool_sweep_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # registered by name: its worker processes find `_replay_pool` through it
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_each_workload_is_the_same_on_every_run(sweep: ModuleType) -> None:
+    for name in sweep.ARCHETYPES:
+        first, again = sweep.generated(name), sweep.generated(name)
+        assert len(first.accesses) == sweep.ACCESSES, name
+        assert np.array_equal(first.accesses, again.accesses), name
+        assert np.array_equal(first.request_starts, np.arange(sweep.ACCESSES))
+
+
+def test_the_workloads_favour_the_families_they_are_built_for(sweep: ModuleType) -> None:
+    """At 10% of the unique keys: LRU beats LIRS where reuse is all recency, LIRS beats LRU on
+    the loop, MQ beats LRU on the static Zipf, S3-FIFO beats LRU among one-hit wonders."""
+    from cache_runtime.candidates import CANDIDATES
+    from cache_runtime.simulator import replay
+
+    def hits(workload: str, candidate: str) -> float:
+        trace = sweep.generated(workload)
+        capacity = round(0.1 * trace.unique)
+        policy = CANDIDATES[candidate].make()
+        return float(replay(policy, trace.accesses, trace.request_starts, capacity).mean())
+
+    assert hits("recency", "lru") > hits("recency", "lirs") + 0.02
+    assert hits("loop_and_hot", "lirs") > hits("loop_and_hot", "lru") + 0.05
+    assert hits("zipf_0.8", "mq") > hits("zipf_0.8", "lru") + 0.05
+    assert hits("one_hit_wonders", "s3fifo") > hits("one_hit_wonders", "lru") + 0.02
+
+
+def test_a_summary_counts_short_cells_the_worst_and_those_below_lru(sweep: ModuleType) -> None:
+    cells = [
+        {"where": "a", "preheat": 0.50, "best_online": 0.50, "LRU": 0.40},
+        {"where": "b", "preheat": 0.45, "best_online": 0.50, "LRU": 0.46},  # short, below LRU
+        {"where": "c", "preheat": 0.298, "best_online": 0.30, "LRU": 0.20},  # within 0.003
+    ]
+    summary = sweep.summarise(cells)
+    assert summary["cells"] == 3
+    assert summary["short"] == 1
+    assert summary["summed_margin_to_best_online"] == pytest.approx(-0.052)
+    assert summary["worst"] == {"where": "b", "ratio_to_best_online": 0.9}
+    assert summary["below_lru"] == {"cells": 1, "summed": -0.01, "where": ["b"]}
+
+
+@pytest.mark.parametrize(
+    ("pool", "says"),
+    [
+        ('{"windw": 10}', "windw"),
+        ('{"sample_rate": 2}', "sample_rate"),
+        ("[1]", "not a JSON object"),
+        ("{", "--pool"),
+    ],
+)
+def test_a_bad_pool_is_one_line_and_exit_2(
+    sweep: ModuleType, pool: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        sweep.main(["--pool", pool])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pool_sweep.py: ") and says in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_a_run_without_shared_data_sweeps_the_generated_cells_and_keeps_the_peers(
+    sweep: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One small workload (3,000 accesses), no shipped trace: the second run reads the peers
+    from the file the first wrote and computes none."""
+    monkeypatch.setattr(sweep, "ACCESSES", 3_000)
+    monkeypatch.setattr(sweep, "ARCHETYPES", {"recency": sweep.ARCHETYPES["recency"]})
+    peers = tmp_path / "peers.json"
+    argv = ["--shared", str(tmp_path / "none"), "--peers", str(peers), "--cells"]
+    assert sweep.main(argv) == 0
+    first = orjson.loads(capsys.readouterr().out)
+    assert set(first["groups"]) == {"generated"}
+    assert len(first["skipped"]) == len(sweep.SHIPPED)
+    cells = first["cells"]["generated"]
+    assert first["groups"]["generated"]["cells"] == len(cells) > 0
+    for cell in cells:
+        assert 0 <= cell["preheat"] <= cell["Belady"] + 1e-9
+        assert cell["best_online_policy"] != "Belady"
+    assert set(orjson.loads(peers.read_bytes())) == {"recency"}
+
+    def computed(*_: object) -> None:
+        raise AssertionError("the peers were computed again")
+
+    monkeypatch.setattr(sweep, "peer_rows", computed)
+    assert sweep.main([*argv, "--pool", '{"hysteresis": 0.01}']) == 0
+    again = orjson.loads(capsys.readouterr().out)
+    assert again["pool"] == {"hysteresis": 0.01}
+    assert [c["where"] for c in again["cells"]["generated"]] == [c["where"] for c in cells]
