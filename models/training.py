@@ -1,7 +1,7 @@
 """One way to fit the platform's small Lightning models: on the CPU, quietly, deterministically.
 
-Lightning is imported when a model is fitted, not with this module: `quiet_training` is called
-by the commands that train before anything imports it.
+Lightning is imported when a model is fitted or `quiet_training` is called, not with this module:
+commands that never train (the cache's, the gateway's) do not pay for its import.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 
 
 def quiet_training() -> None:
-    """One thread and no Lightning banners: small models, and stdout carries only the JSON."""
+    """One thread and no Lightning banners: small models, and stdout carries only the JSON.
+    Lightning first: its import sets its loggers to INFO, so levels set before it were undone
+    (until 2026-12-06 `bench forecast` printed "GPU available" and a tip on every fit)."""
+    import pytorch_lightning  # noqa: F401  (imported for its import-time logger set-up)
     import torch
 
     torch.set_num_threads(1)
