@@ -10,11 +10,11 @@ prints ONE JSON object, a summary per group:
 - `heldout`: the same traces at 2, 3, 7 and 15%;
 - `generated`: eight synthetic workloads of distinct kinds (`ARCHETYPES`, seeded), at all eight
   sizes: a static Zipf at two skews, a Zipf whose ranks move, one-hit wonders, scans, a loop
-  beside a hot set, reuse at short stack distances, working sets in phases. Each favours a
-  different family of policies (MQ, LIRS, S3-FIFO, LRU); no setting was chosen on them.
+  beside a hot set, reuse at short stack distances, working sets in phases: between them MQ,
+  LIRS, S3-FIFO and LRU each lead somewhere; no setting was chosen on them.
 
 The peers' figures do not depend on the pool's settings: `--peers FILE` keeps them (computed
-and written when FILE does not exist, read when it does), so that a sweep over settings replays
+and written for each trace the file does not hold as it is now, read for the others), so that a sweep over settings replays
 only the pool (about 20 s for the 152 cells, against about 9 minutes with the peers). Keep them
 when comparing settings: libCacheSim's randomised policies (LeCaR, Cacheus, LHD) differ from run
 to run, by up to 0.018 on the generated workloads. Figures: docs/robustness.md.
@@ -25,9 +25,13 @@ Usage: python benchmarks/pool_sweep.py [--shared DIR] [--pool '{"min_shadow": 25
 
 from __future__ import annotations
 
+import argparse
 import json
+import multiprocessing
+import os
 import sys
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -117,7 +121,9 @@ def _phases(rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([sets[j][_zipf(rng, 10_000, 2_000, 0.7)] for j in (0, 1, 0, 2)])
 
 
-# name -> keys; each workload draws from its own generator, so adding one changes no other
+# name -> keys. Each draws from its own generator, seeded by its place here: a workload added at
+# the end leaves the others as they were measured (a `--peers` file notices any other change by
+# the trace's fingerprint and computes that trace's peers again)
 ARCHETYPES: dict[str, Callable[[np.random.Generator], np.ndarray]] = {
     "zipf_0.8": lambda rng: _zipf(rng, ACCESSES, 10_000, 0.8),
     "zipf_1.1": lambda rng: _zipf(rng, ACCESSES, 10_000, 1.1),
@@ -128,6 +134,12 @@ ARCHETYPES: dict[str, Callable[[np.random.Generator], np.ndarray]] = {
     "recency": _recency,
     "phases": _phases,
 }
+SIZES = tuple(sorted(COMMAND_SIZES + HELD_OUT_SIZES))  # every trace's, shipped or generated
+PEER_FIELDS = ("capacity", "best_online", "best_online_policy", "LRU", "Belady")
+
+
+class PeersError(ValueError):
+    """A `--peers` file this script cannot use and will not overwrite."""
 
 
 def generated(name: str) -> AccessTrace:
@@ -137,42 +149,81 @@ def generated(name: str) -> AccessTrace:
     return AccessTrace(name, keys, np.arange(len(keys), dtype=np.int64))
 
 
-# where a trace comes from: (path, format) of a shipped file, or (None, archetype name); plain
-# data rather than a loader, so that it can go to a worker process
-Source = tuple[str | None, str]
-
-
-def load(source: Source) -> AccessTrace:
-    path, what = source
-    return generated(what) if path is None else load_trace(Path(path), what)
-
-
-def _traces(shared: Path) -> dict[str, tuple[str, Source, tuple[float, ...]]]:
-    """Trace name -> (shipped or generated, where it comes from, its sizes). A shipped trace's
-    cells are in both `command` and `heldout`; a missing one is left out (listed as skipped)."""
-    sizes = tuple(sorted(COMMAND_SIZES + HELD_OUT_SIZES))
-    out: dict[str, tuple[str, Source, tuple[float, ...]]] = {}
+def load_traces(shared: Path) -> dict[str, tuple[str, AccessTrace]]:
+    """Trace name -> (shipped or generated, the trace). A shipped trace's cells fall in both
+    `command` and `heldout`; a missing one is left out (and listed as skipped)."""
+    out: dict[str, tuple[str, AccessTrace]] = {}
     for relative, fmt in SHIPPED:
         path = shared / relative
         if path.is_file():
-            out[path.name] = ("shipped", (str(path), fmt), sizes)
+            out[path.name] = ("shipped", load_trace(path, fmt))
     for name in ARCHETYPES:
-        out[name] = ("generated", (None, name), sizes)
+        out[name] = ("generated", generated(name))
     return out
+
+
+def fingerprint(trace: AccessTrace) -> int:
+    """CRC-32 of the accesses: a kept peers entry is used only for the trace it was made on."""
+    return zlib.crc32(trace.accesses.tobytes())
 
 
 def peer_rows(trace: AccessTrace, sizes: Sequence[float]) -> Json:
     """size -> the figures of `bench cache` that the pool's settings do not change."""
     usable = [s for s in sizes if round(s * trace.unique) >= MIN_BENCH_CAPACITY]
     rows = bench_cache(trace, usable)["sizes"] if usable else {}
-    keep = ("capacity", "best_online", "best_online_policy", "LRU", "Belady")
-    return {size: {k: row[k] for k in keep} for size, row in rows.items()}
+    return {size: {k: row[k] for k in PEER_FIELDS} for size, row in rows.items()}
 
 
-def _replay_pool(job: tuple[Source, dict[str, int], Json]) -> tuple[Json, float]:
+def fits(entry: object, trace: AccessTrace) -> bool:
+    """Whether a kept peers entry was made on this trace at these sizes, in this shape."""
+    if not isinstance(entry, dict) or entry.get("fingerprint") != fingerprint(trace):
+        return False
+    rows = entry.get("rows")
+    return (
+        entry.get("sizes") == [str(s) for s in SIZES]
+        and isinstance(rows, dict)
+        and all(isinstance(r, dict) and set(PEER_FIELDS) <= set(r) for r in rows.values())
+    )
+
+
+def read_peers(path: Path | None) -> Json:
+    """The kept entries (none without a file); a file that is not one is refused, not
+    overwritten: it may be something else given by mistake."""
+    if path is None or not path.is_file():
+        return {}
+    try:
+        known = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as err:
+        raise PeersError(f"--peers {path}: not JSON ({err}); remove it to compute again") from None
+    if not isinstance(known, dict):
+        raise PeersError(f"--peers {path}: not a peers file (a JSON object of traces)")
+    return known
+
+
+def peers_of(
+    path: Path | None, traces: dict[str, tuple[str, AccessTrace]], say: Callable[[str], None]
+) -> dict[str, Json]:
+    """Trace name -> size -> the peers' row: kept where `path` holds this very trace, else
+    computed, and written at once (through a temporary file, so an interrupted run leaves the
+    previous file whole)."""
+    known = read_peers(path)
+    for name, (_, trace) in traces.items():
+        if fits(known.get(name), trace):
+            continue
+        say(f"peers: {name}")
+        rows = peer_rows(trace, SIZES)
+        known[name] = {"fingerprint": fingerprint(trace), "sizes": [str(s) for s in SIZES]}
+        known[name]["rows"] = rows
+        if path is not None:
+            partial = path.with_name(path.name + ".partial")
+            partial.write_bytes(orjson.dumps(known))
+            os.replace(partial, path)
+    return {name: known[name]["rows"] for name in traces}
+
+
+def _replay_pool(job: tuple[AccessTrace, dict[str, int], Json]) -> tuple[Json, float]:
     """(size -> the pool's hit ratio, accesses per second) for one trace, in a worker."""
-    source, capacities, settings = job
-    trace = load(source)
+    trace, capacities, settings = job
     hits: Json = {}
     started = time.perf_counter()
     for size, capacity in capacities.items():
@@ -184,21 +235,26 @@ def _replay_pool(job: tuple[Source, dict[str, int], Json]) -> tuple[Json, float]
 
 
 def group_of(trace_group: str, size: str) -> str:
+    """A cell's group: `generated` for a generated trace; for a shipped one `command` at the
+    sizes `robustness.py` runs, else `heldout`."""
     if trace_group == "generated":
         return "generated"
     return "command" if float(size) in COMMAND_SIZES else "heldout"
 
 
 def summarise(cells: list[Json]) -> Json:
-    """A group's cells (each: where, preheat, best_online, LRU) against the issue's goals."""
+    """A group's cells (each: where, preheat, best_online, LRU) against the issue's goals; the
+    worst ratio over the cells where the best online policy hits at all."""
     margins = [c["preheat"] - c["best_online"] for c in cells]
-    worst = min(cells, key=lambda c: c["preheat"] / c["best_online"] if c["best_online"] else 1)
+    rated = [c for c in cells if c["best_online"] > 0]
+    worst = min(rated, key=lambda c: c["preheat"] / c["best_online"]) if rated else None
     below = [c for c in cells if c["preheat"] < c["LRU"]]
     return {
         "cells": len(cells),
         "short": sum(m < -TOLERANCE for m in margins),
         "summed_margin_to_best_online": round(sum(margins), 4),
-        "worst": {
+        "worst": worst
+        and {
             "where": worst["where"],
             "ratio_to_best_online": round(worst["preheat"] / worst["best_online"], 4),
         },
@@ -210,7 +266,9 @@ def summarise(cells: list[Json]) -> Json:
     }
 
 
-def parse(argv: Sequence[str] | None) -> Any:
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The flags; `--pool` is checked by building a pool with it, so a bad name or value is
+    one line here rather than a traceback in a worker."""
     parser = OneLineParser(prog="pool_sweep.py", description=__doc__.splitlines()[0])
     add_shared_argument(parser)
     parser.add_argument("--pool", default="{}", help="PoolPolicy's settings as a JSON object")
@@ -227,39 +285,29 @@ def parse(argv: Sequence[str] | None) -> Any:
     return args
 
 
-def _peers(path: Path | None, traces: dict, say: Callable[[str], None]) -> Json:
-    """The peers' rows of every trace: read from `path` where it holds them, else computed."""
-    known: Json = orjson.loads(path.read_bytes()) if path and path.is_file() else {}
-    for name, (_, source, sizes) in traces.items():
-        if name not in known:
-            say(f"peers: {name}")
-            known[name] = peer_rows(load(source), sizes)
-            if path:
-                path.write_bytes(orjson.dumps(known))
-    return known
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    """Peers (kept or computed), the pool on every cell in two worker processes, one JSON."""
     args = parse(argv)
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    traces = _traces(args.shared)
     try:
-        peers = _peers(args.peers, traces, say)
-    except (TraceError, OSError, orjson.JSONDecodeError) as err:
+        traces = load_traces(args.shared)
+        peers = peers_of(args.peers, traces, say)
+    except (TraceError, PeersError, OSError) as err:
         print(f"pool_sweep.py: {err}", file=sys.stderr)
         return 2
     jobs = [
-        (source, {s: row["capacity"] for s, row in peers[name].items()}, args.settings)
-        for name, (_, source, _) in traces.items()
+        (trace, {s: row["capacity"] for s, row in peers[name].items()}, args.settings)
+        for name, (_, trace) in traces.items()
     ]
     say(f"replaying the pool on {sum(len(j[1]) for j in jobs)} cells")
-    with ProcessPoolExecutor(2) as workers:
+    # forked: the workers need this script's `_replay_pool`, which a spawned one cannot import
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as workers:
         replays = dict(zip(traces, workers.map(_replay_pool, jobs), strict=True))
     groups: dict[str, list[Json]] = {"command": [], "heldout": [], "generated": []}
-    for name, (trace_group, _, _) in traces.items():
+    for name, (trace_group, _) in traces.items():
         for size, row in peers[name].items():
             cell = {"where": f"{name} @ {size}", "preheat": replays[name][0][size], **row}
             groups[group_of(trace_group, size)].append(cell)

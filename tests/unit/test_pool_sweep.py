@@ -70,6 +70,38 @@ def test_a_summary_counts_short_cells_the_worst_and_those_below_lru(sweep: Modul
     assert summary["below_lru"] == {"cells": 1, "summed": -0.01, "where": ["b"]}
 
 
+def test_shipped_cells_are_the_command_s_at_its_sizes_and_held_out_at_the_others(
+    sweep: ModuleType,
+) -> None:
+    assert [sweep.group_of("shipped", s) for s in ("0.01", "0.05", "0.1", "0.2")] == ["command"] * 4
+    assert [sweep.group_of("shipped", s) for s in ("0.02", "0.03", "0.07", "0.15")] == [
+        "heldout"
+    ] * 4
+    assert sweep.group_of("generated", "0.1") == "generated"
+
+
+def test_a_cell_where_no_peer_hits_has_no_ratio(sweep: ModuleType) -> None:
+    summary = sweep.summarise([{"where": "a", "preheat": 0.0, "best_online": 0.0, "LRU": 0.0}])
+    assert summary["worst"] is None and summary["short"] == 0
+
+
+def test_a_kept_entry_is_used_only_for_the_trace_and_sizes_it_was_made_on(
+    sweep: ModuleType,
+) -> None:
+    trace = sweep.generated("scans")
+    row = dict.fromkeys(sweep.PEER_FIELDS, 0.5)
+    entry = {
+        "fingerprint": sweep.fingerprint(trace),
+        "sizes": [str(s) for s in sweep.SIZES],
+        "rows": {"0.1": row},
+    }
+    assert sweep.fits(entry, trace)
+    assert not sweep.fits(entry, sweep.generated("phases"))  # another trace's
+    assert not sweep.fits({**entry, "sizes": ["0.1"]}, trace)  # other sizes
+    assert not sweep.fits({**entry, "rows": {"0.1": {"capacity": 10}}}, trace)  # an older shape
+    assert not sweep.fits([entry], trace)
+
+
 @pytest.mark.parametrize(
     ("pool", "says"),
     [
@@ -87,6 +119,25 @@ def test_a_bad_pool_is_one_line_and_exit_2(
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("pool_sweep.py: ") and says in err and "\n" not in err
+
+
+@pytest.mark.parametrize(("content", "says"), [(b"{", "not JSON"), (b"[]", "not a peers file")])
+def test_a_peers_file_that_is_not_one_is_one_line_and_left_as_it_is(
+    sweep: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,
+    says: str,
+) -> None:
+    monkeypatch.setattr(sweep, "ARCHETYPES", {})  # nothing to load: the file is read first
+    peers = tmp_path / "peers.json"
+    peers.write_bytes(content)
+    assert sweep.main(["--shared", str(tmp_path), "--peers", str(peers)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"pool_sweep.py: --peers {peers}: ") and says in err
+    assert "\n" not in err
+    assert peers.read_bytes() == content
 
 
 @pytest.mark.slow
@@ -112,6 +163,7 @@ def test_a_run_without_shared_data_sweeps_the_generated_cells_and_keeps_the_peer
         assert 0 <= cell["preheat"] <= cell["Belady"] + 1e-9
         assert cell["best_online_policy"] != "Belady"
     assert set(orjson.loads(peers.read_bytes())) == {"recency"}
+    assert not list(tmp_path.glob("*.partial"))
 
     def computed(*_: object) -> None:
         raise AssertionError("the peers were computed again")

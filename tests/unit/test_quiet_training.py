@@ -1,5 +1,6 @@
 """`models.training.quiet_training`: a command that trains prints its JSON and no Lightning banners,
-whether or not Lightning was imported before the call (its import resets its loggers to INFO)."""
+also when nothing imported Lightning before the call, as in the commands (its import resets its
+loggers to INFO: the case that printed banners until 2026-12-06)."""
 
 from __future__ import annotations
 
