@@ -14,10 +14,11 @@ prints ONE JSON object, a summary per group:
   LIRS, S3-FIFO and LRU each lead somewhere; no setting was chosen on them.
 
 The peers' figures do not depend on the pool's settings: `--peers FILE` keeps them (computed
-and written for each trace the file does not hold as it is now, read for the others), so that a sweep over settings replays
-only the pool (about 20 s for the 152 cells, against about 9 minutes with the peers). Keep them
-when comparing settings: libCacheSim's randomised policies (LeCaR, Cacheus, LHD) differ from run
-to run, by up to 0.018 on the generated workloads. Figures: docs/robustness.md.
+and written for each trace the file does not hold as it is now, read for the others), so that a
+sweep over settings replays only the pool (about 20 s for the 152 cells, against about 9 minutes
+with the peers). Keep them when comparing settings: libCacheSim's randomised policies (LeCaR,
+Cacheus, LHD) differ from run to run, by up to 0.018 on the generated workloads. Figures:
+docs/robustness.md.
 
 Usage: python benchmarks/pool_sweep.py [--shared DIR] [--pool '{"min_shadow": 256}']
        [--peers FILE] [--cells]
