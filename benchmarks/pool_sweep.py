@@ -41,6 +41,11 @@ from typing import Any
 import numpy as np
 import orjson
 
+# robustness.py's traces and sizes, from the script itself (a script's own directory is first on
+# sys.path): a trace added there is swept here too
+from robustness import CACHE_TRACES as SHIPPED  # (path under --shared, format)
+from robustness import SIZES as COMMAND_SIZES
+
 from cache_runtime.pool import PoolPolicy
 from cache_runtime.simulator import replay
 from cache_runtime.traces import AccessTrace, TraceError, load_trace
@@ -49,20 +54,10 @@ from models.evaluation.bench.shared_data import OneLineParser, add_shared_argume
 
 Json = dict[str, Any]
 
-COMMAND_SIZES = (0.01, 0.05, 0.1, 0.2)  # robustness.py's
 HELD_OUT_SIZES = (0.02, 0.03, 0.07, 0.15)
 TOLERANCE = 0.003  # the issue's: within 0.003 of the best online policy
 SEED = 20261206
 ACCESSES = 40_000  # per generated workload: as long as the shipped LIRS traces
-# robustness.py's cache traces, named the same way (path under --shared, format)
-SHIPPED = (
-    ("traces/mooncake_synthetic_trace.jsonl", "mooncake"),
-    *(
-        (f"cache_traces/lirs/{name}.trace.gz", "lirs")
-        for name in ("2_pools", "cpp", "cs", "gli", "multi1", "multi2", "multi3", "ps", "sprite")
-    ),
-    ("cache_traces/cache2k/web07.trace.xz", "cache2k"),
-)
 
 
 def _zipf(rng: np.random.Generator, n: int, universe: int, alpha: float) -> np.ndarray:

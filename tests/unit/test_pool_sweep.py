@@ -25,7 +25,9 @@ def sweep() -> Iterator[ModuleType]:
     module = importlib.util.module_from_spec(spec)
     # registered by name: its worker processes find `_replay_pool` through it
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SCRIPT.parent))  # the script imports robustness.py by name
+        spec.loader.exec_module(module)
     yield module
     del sys.modules[spec.name]
 
