@@ -14,7 +14,7 @@ TORCH_INDEX_URL ?=
 # The eviction policies, compiled with mypyc where a C compiler is at hand and rebuilt when their
 # source changes; where the build fails they run as plain Python (cache_runtime/compiled.py,
 # whose MODULES a test holds equal to this list).
-POLICIES := $(addprefix cache_runtime/,policies.py prefix_policies.py queue_policies.py tinylfu.py shadows.py handover.py selector.py following.py pool.py)
+POLICIES := $(addprefix cache_runtime/,key_queue.py policies.py prefix_policies.py queue_policies.py tinylfu.py shadows.py handover.py selector.py following.py pool.py)
 COMPILED := $(VENV)/.preheat-compiled
 
 install: $(COMPILED)

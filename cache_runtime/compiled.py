@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 MODULES = (
+    "key_queue",
     "policies",
     "prefix_policies",
     "queue_policies",

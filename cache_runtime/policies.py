@@ -11,25 +11,18 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Final
 
 from mypy_extensions import mypyc_attr
 
+from cache_runtime.key_queue import KeyQueue
+
 # A cache key: the tier's strings, a trace's integers. These modules are compiled by mypyc when
 # a C compiler is at hand (`make`; see `cache_runtime.compiled`), and mypyc checks declared
 # types at run time: `str` here would refuse a trace's integer keys.
 Key = Hashable
-
-
-def move_to_end_all(order: OrderedDict[Key, None], keys: Sequence[Key]) -> None:
-    """`order.move_to_end(key)` for each of `keys` in turn, in a C loop (no Python frame per
-    key); keys no longer in `order` (removed after a reader buffered them) are skipped."""
-    try:
-        deque(map(order.move_to_end, keys), maxlen=0)
-    except KeyError:  # a key removed after it was read: the cached ones, again, in order
-        deque(map(order.move_to_end, filter(order.__contains__, keys)), maxlen=0)
 
 
 def keep_nothing(_: Key) -> bool:
@@ -39,6 +32,14 @@ def keep_nothing(_: Key) -> bool:
     cs from 207,735 to 222,608 accesses/s (best of 3, the same hits in all 84 cells of the sweep,
     2026-12-06)."""
     return False
+
+
+def queue_victim(queue: KeyQueue, keep: Callable[[Key], bool]) -> Key | None:
+    """The first key of a policy's queue that `keep` lets go: where nothing is kept (a shadow,
+    a replay), the front, with no call of `keep`."""
+    if keep is keep_nothing:
+        return queue.first()
+    return queue.first_evictable(keep)
 
 
 def first_evictable(keys: Iterable[Key], keep: Callable[[Key], bool]) -> Key | None:
@@ -128,30 +129,29 @@ class LRUPolicy(EvictionPolicy):
     name = "lru"
 
     def __init__(self) -> None:
-        self._order: OrderedDict[Key, None] = OrderedDict()
+        self._order = KeyQueue()
 
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
-        self._order[key] = None
-        self._order.move_to_end(key)
+        self._order.push_back(key)
 
     def on_access(self, key: Key, now: float) -> None:
-        self._order.move_to_end(key)
+        self._order.move_to_back(key)
 
     def on_access_many(self, keys: Sequence[Key]) -> None:
-        move_to_end_all(self._order, keys)
+        self._order.move_all_to_back(keys)
 
     def on_remove(self, key: Key) -> None:
-        self._order.pop(key, None)
+        self._order.discard(key)
 
     def on_cold(self, key: Key) -> None:
         if key in self._order:
-            self._order.move_to_end(key, last=False)
+            self._order.move_to_front(key)
 
     def victim(self, keep: Callable[[Key], bool]) -> Key | None:
-        return first_evictable(self._order, keep)
+        return queue_victim(self._order, keep)
 
     def evict(self) -> Key | None:
-        return self._order.popitem(last=False)[0] if self._order else None
+        return self._order.pop_front() if self._order else None
 
     def ranked(self) -> list[Key]:
         return list(self._order)

@@ -7,13 +7,12 @@ contract, so the memory tier runs them and the simulator replays traces through 
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from itertools import islice
 
 from mypy_extensions import mypyc_attr
 
-from cache_runtime.policies import EvictionPolicy, Hint, Key, first_evictable, move_to_end_all
+from cache_runtime.key_queue import KeyQueue
+from cache_runtime.policies import EvictionPolicy, Hint, Key, queue_victim
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -39,27 +38,27 @@ class PrefixSLRU(EvictionPolicy):
         if not 0 < protected_share < 1:
             raise ValueError("protected_share must be in (0, 1)")
         self.protected_share = protected_share
-        self._probation: OrderedDict[Key, None] = OrderedDict()
-        self._protected: OrderedDict[Key, None] = OrderedDict()
-        self._ghosts: OrderedDict[Key, None] = OrderedDict()
+        self._probation = KeyQueue()
+        self._protected = KeyQueue()
+        self._ghosts = KeyQueue()
         self._capacity: int | None = None
 
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         # evicted recently and wanted again, or a live conversation's history
-        if self._ghosts.pop(key, 0) is None or hint == Hint.CONVERSATION:
-            self._protected[key] = None
+        if self._ghosts.discard(key) or hint == Hint.CONVERSATION:
+            self._protected.add(key)
             self._rebalance()
             return
-        self._probation[key] = None
+        self._probation.add(key)
         if hint == Hint.TAIL:
-            self._probation.move_to_end(key, last=False)
+            self._probation.move_to_front(key)
 
     def on_access(self, key: Key, now: float) -> None:
-        if self._probation.pop(key, 0) is None:
-            self._protected[key] = None
+        if self._probation.discard(key):
+            self._protected.add(key)
             self._rebalance()
         else:
-            self._protected.move_to_end(key)
+            self._protected.move_to_back(key)
 
     def on_access_many(self, keys: Sequence[Key]) -> None:
         """As `on_access` per key: every hit key ends in protected by last access; one
@@ -69,19 +68,18 @@ class PrefixSLRU(EvictionPolicy):
             self._rebalance()
 
     def on_remove(self, key: Key) -> None:
-        if self._probation.pop(key, 0) is None or self._protected.pop(key, 0) is None:
+        if self._probation.discard(key) or self._protected.discard(key):
             self._remember(key)
 
     def _remember(self, key: Key) -> None:
         """A ghost of `key`, gone from the cache; the ghosts as many as the entries."""
-        self._ghosts[key] = None
+        self._ghosts.add(key)
         while len(self._ghosts) > max(len(self._probation) + len(self._protected), 1):
-            self._ghosts.popitem(last=False)
+            self._ghosts.pop_front()
 
     def on_cold(self, key: Key) -> None:
-        if self._protected.pop(key, 0) is None or key in self._probation:
-            self._probation[key] = None
-            self._probation.move_to_end(key, last=False)
+        if self._protected.discard(key) or key in self._probation:
+            self._probation.push_front(key)
 
     def _learn_capacity(self) -> None:
         """The size, at the first eviction (`victim` and `evict` share it)."""
@@ -91,7 +89,7 @@ class PrefixSLRU(EvictionPolicy):
     def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         self._learn_capacity()
         for segment in (self._probation, self._protected):
-            found = first_evictable(segment, keep)
+            found = queue_victim(segment, keep)
             if found is not None:
                 return found
         return None
@@ -100,7 +98,7 @@ class PrefixSLRU(EvictionPolicy):
         self._learn_capacity()
         for segment in (self._probation, self._protected):
             if segment:
-                key = segment.popitem(last=False)[0]
+                key = segment.pop_front()
                 self._remember(key)
                 return key
         return None
@@ -113,11 +111,10 @@ class PrefixSLRU(EvictionPolicy):
         excess = len(self._protected) - max(1, int(entries * self.protected_share))
         if excess <= 0:
             return
-        # protected's least recent `excess` go to probation's recent end, oldest first; in C:
-        # a bulk drain can promote thousands at once
-        demoted = list(islice(self._protected, excess))
-        deque(map(self._protected.pop, demoted), maxlen=0)
-        self._probation.update(dict.fromkeys(demoted))
+        # protected's least recent `excess` go to probation's recent end, oldest first
+        protected, probation = self._protected, self._probation
+        for _ in range(excess):
+            probation.add(protected.pop_front())
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -134,10 +131,10 @@ class PrefixARC(EvictionPolicy):
 
     def __init__(self, tail_cold: bool = True) -> None:
         self.tail_cold = tail_cold
-        self._t1: OrderedDict[Key, None] = OrderedDict()
-        self._t2: OrderedDict[Key, None] = OrderedDict()
-        self._b1: OrderedDict[Key, None] = OrderedDict()
-        self._b2: OrderedDict[Key, None] = OrderedDict()
+        self._t1 = KeyQueue()
+        self._t2 = KeyQueue()
+        self._b1 = KeyQueue()
+        self._b2 = KeyQueue()
         self._p = 0.0
         self._capacity: int | None = None
 
@@ -149,26 +146,26 @@ class PrefixARC(EvictionPolicy):
         # The adaptation step uses the ghost list sizes *with* the returning key, as in the paper.
         if key in self._b1:  # ghost of T1: the recency side was too small
             self._p = min(c, self._p + max(len(self._b2) / len(self._b1), 1))
-            del self._b1[key]
-            self._t2[key] = None
+            self._b1.remove(key)
+            self._t2.add(key)
             return
         if key in self._b2:  # ghost of T2: the frequency side was too small
             self._p = max(0.0, self._p - max(len(self._b1) / len(self._b2), 1))
-            del self._b2[key]
-            self._t2[key] = None
+            self._b2.remove(key)
+            self._t2.add(key)
             return
         if hint == Hint.CONVERSATION:  # a live conversation's history: read again next turn
-            self._t2[key] = None
+            self._t2.add(key)
             return
-        self._t1[key] = None
+        self._t1.add(key)
         if hint == Hint.TAIL and self.tail_cold:
-            self._t1.move_to_end(key, last=False)
+            self._t1.move_to_front(key)
 
     def on_access(self, key: Key, now: float) -> None:
-        if self._t1.pop(key, 0) is None:
-            self._t2[key] = None
+        if self._t1.discard(key):
+            self._t2.add(key)
         else:
-            self._t2.move_to_end(key)
+            self._t2.move_to_back(key)
 
     def on_access_many(self, keys: Sequence[Key]) -> None:
         """As `on_access` per key: every hit key ends at T2's recent end, by last access."""
@@ -176,23 +173,22 @@ class PrefixARC(EvictionPolicy):
 
     def on_remove(self, key: Key) -> None:
         c = self._c()
-        if self._t1.pop(key, 0) is None:
-            self._b1[key] = None
-        elif self._t2.pop(key, 0) is None:
-            self._b2[key] = None
+        if self._t1.discard(key):
+            self._b1.add(key)
+        elif self._t2.discard(key):
+            self._b2.add(key)
         self._trim_ghosts(c)
 
     def _trim_ghosts(self, c: int) -> None:
         """B1 at most c with T1, the four lists at most 2c (the paper's bounds)."""
         while len(self._b1) + len(self._t1) > c and self._b1:
-            self._b1.popitem(last=False)
+            self._b1.pop_front()
         while len(self._b1) + len(self._b2) + len(self._t1) + len(self._t2) > 2 * c and self._b2:
-            self._b2.popitem(last=False)
+            self._b2.pop_front()
 
     def on_cold(self, key: Key) -> None:
-        if self._t2.pop(key, 0) is None or key in self._t1:
-            self._t1[key] = None
-            self._t1.move_to_end(key, last=False)
+        if self._t2.discard(key) or key in self._t1:
+            self._t1.push_front(key)
 
     def _t1_first(self) -> bool:
         """Whether T1 gives up a key first: while it exceeds its target p, or T2 is empty
@@ -203,7 +199,7 @@ class PrefixARC(EvictionPolicy):
 
     def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         for segment in (self._t1, self._t2) if self._t1_first() else (self._t2, self._t1):
-            found = first_evictable(segment, keep)
+            found = queue_victim(segment, keep)
             if found is not None:
                 return found
         return None
@@ -212,11 +208,11 @@ class PrefixARC(EvictionPolicy):
         t1_first = self._t1_first()
         c = self._c()  # before the pop, as `on_remove` reads it
         if t1_first:
-            key = self._t1.popitem(last=False)[0]
-            self._b1[key] = None
+            key = self._t1.pop_front()
+            self._b1.add(key)
         elif self._t2:
-            key = self._t2.popitem(last=False)[0]
-            self._b2[key] = None
+            key = self._t2.pop_front()
+            self._b2.add(key)
         else:
             return None
         self._trim_ghosts(c)
@@ -226,19 +222,16 @@ class PrefixARC(EvictionPolicy):
         return [*self._t1, *self._t2]
 
 
-def _hits_to_end(
-    keys: Sequence[Key], source: OrderedDict[Key, None], target: OrderedDict[Key, None]
-) -> int:
+def _hits_to_end(keys: Sequence[Key], source: KeyQueue, target: KeyQueue) -> int:
     """Apply hits that move a key from `source` to `target`'s recent end, or to that end if it
-    is in `target` already (ARC's T1 -> T2, SLRU's probation -> protected), in bulk and in C:
-    the keys found in `source` move over first (each once), then every hit moves its key to
-    the end in access order, so the final order is by last access — what one move per hit
-    gives. Hits on keys removed since (a concurrent delete) are skipped. Returns how many
-    moved from `source`: OrderedDict.move_to_end costs ~20 ns a key, pop + insert ~170 ns,
-    which is why this is not `on_access` in a loop."""
-    promoted = dict.fromkeys(filter(source.__contains__, keys))
-    if promoted:
-        deque(map(source.pop, promoted), maxlen=0)
-        target.update(promoted)
-    move_to_end_all(target, keys)
-    return len(promoted)
+    is in `target` already (ARC's T1 -> T2, SLRU's probation -> protected), in access order, so
+    the final order is by last access. Hits on keys removed since (a concurrent delete) are
+    skipped. Returns how many moved from `source`."""
+    promoted = 0
+    for key in keys:
+        if source.discard(key):
+            target.add(key)
+            promoted += 1
+        elif key in target:
+            target.move_to_back(key)
+    return promoted

@@ -9,12 +9,12 @@ keeps the `EvictionPolicy` contract as they do.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 
 from mypy_extensions import mypyc_attr
 
-from cache_runtime.policies import EvictionPolicy, Key, first_evictable, keep_nothing
+from cache_runtime.key_queue import KeyQueue
+from cache_runtime.policies import EvictionPolicy, Key, keep_nothing, queue_victim
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -42,9 +42,9 @@ class WTinyLFUPolicy(EvictionPolicy):
 
     def __init__(self, window_share: float = 0.01, protected_share: float = 0.8) -> None:
         self.window_share, self.protected_share = window_share, protected_share
-        self._window: OrderedDict[Key, None] = OrderedDict()  # LRU first
-        self._probation: OrderedDict[Key, None] = OrderedDict()  # LRU first
-        self._protected: OrderedDict[Key, None] = OrderedDict()  # LRU first
+        self._window = KeyQueue()  # LRU first
+        self._probation = KeyQueue()  # LRU first
+        self._protected = KeyQueue()  # LRU first
         self._counts: dict[Key, int] = {}  # requests per key, resident or not (see the doc)
         self._ticks = 0  # requests counted since the last halving
         self._capacity = 0  # entries, learned at the first eviction (as S3-FIFO's)
@@ -62,27 +62,24 @@ class WTinyLFUPolicy(EvictionPolicy):
 
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._count(key)
-        self._window[key] = None
+        self._window.add(key)
 
     def on_access(self, key: Key, now: float) -> None:
         self._count(key)
         if key in self._window:
-            self._window.move_to_end(key)
-        elif key in self._probation:
-            del self._probation[key]
+            self._window.move_to_back(key)
+        elif self._probation.discard(key):
             protected = self._protected
-            protected[key] = None
+            protected.add(key)
             if self._capacity:
                 while len(protected) > self._protected_size:  # its LRU goes back to probation
-                    demoted, _ = protected.popitem(last=False)
-                    self._probation[demoted] = None
+                    self._probation.add(protected.pop_front())
         else:
-            self._protected.move_to_end(key)
+            self._protected.move_to_back(key)
 
     def on_remove(self, key: Key) -> None:
         for queue in (self._window, self._probation, self._protected):
-            if key in queue:
-                del queue[key]
+            if queue.discard(key):
                 return
 
     def _learn_capacity(self) -> None:
@@ -98,26 +95,24 @@ class WTinyLFUPolicy(EvictionPolicy):
         # until the main part is full, what the window lets go moves there without a contest
         # (a key the cache keeps too: moving it is not letting it go)
         while len(window) > self._window_size and len(probation) + len(protected) < self._main_size:
-            moved = next(iter(window))
-            del window[moved]
-            probation[moved] = None
+            probation.add(window.pop_front())
         if keep is not keep_nothing:
             self._admit_kept(keep)
         if len(window) >= self._window_size:
-            candidate = first_evictable(window, keep)
+            candidate = queue_victim(window, keep)
             if candidate is not None:
-                rival = first_evictable(probation, keep)
+                rival = queue_victim(probation, keep)
                 if rival is None:
-                    rival = first_evictable(protected, keep)
+                    rival = queue_victim(protected, keep)
                 if rival is None:
                     return candidate
                 if self._counts.get(candidate, 0) > self._counts.get(rival, 0):  # admitted
-                    del window[candidate]
-                    probation[candidate] = None
+                    window.remove(candidate)
+                    probation.add(candidate)
                     return rival
                 return candidate
         for queue in (probation, window, protected):
-            found = first_evictable(queue, keep)
+            found = queue_victim(queue, keep)
             if found is not None:
                 return found
         return None
@@ -134,11 +129,11 @@ class WTinyLFUPolicy(EvictionPolicy):
         calls, but 0.2352."""
         window, probation = self._window, self._probation
         while len(window) > self._window_size:
-            head = next(iter(window))
+            head = window.front()
             if not keep(head):
                 return
-            del window[head]
-            probation[head] = None
+            window.pop_front()
+            probation.add(head)
 
     def ranked(self) -> list[Key]:
         return [*self._probation, *self._window, *self._protected]
