@@ -38,6 +38,10 @@ class _Node:
         self.next: _Node = self
 
 
+# what a dropped queue's nodes point at (`KeyQueue.__del__`): its own neighbour, never freed
+_DETACHED = _Node(None, 0)
+
+
 @final
 class KeyQueue:
     """An ordered set of keys, front (next to go) first, each with an int `value`: the
@@ -66,6 +70,22 @@ class KeyQueue:
         while node is not root:
             yield node.key
             node = node.next
+
+    def __del__(self) -> None:
+        """Unlinks every node, so that reference counting frees them with the queue. Linked,
+        they would form one cycle, left to the cycle collector: replaying `robustness.py`'s
+        traces one after another, whose rebuilds and replays drop policies by the hundred, the
+        collector then ran 2,005 times during Mooncake's `bench cache` instead of 178, and the
+        pool's replay there was timed slower than with `OrderedDict`."""
+        root = self._root
+        node = root.next
+        while node is not root:
+            after = node.next
+            node.prev = node.next = _DETACHED
+            node = after
+        root.prev = root.next = _DETACHED
+        if self._spare is not None:
+            self._spare.prev = self._spare.next = _DETACHED
 
     def __repr__(self) -> str:
         return f"KeyQueue({list(self)!r})"

@@ -38,9 +38,10 @@ cache), and a node without hints runs eight shadows, not eleven.
 
 Per sampled access the selector touches only the candidates whose hit differs from the access
 leaving the window (most accesses hit or miss in every shadow alike), where every key is
-sampled it keeps no history and computes no hash, and a shadow's miss evicts in one call
-(`EvictionPolicy.evict`): what pays for eight shadows at the replay goal's 200,000 accesses/s
-(cs: about 224,000, 2026-12-06).
+sampled it keeps no history and computes no hash, a shadow's miss evicts in one call
+(`EvictionPolicy.evict`), and the candidates' queues are compiled linked lists (`key_queue`,
+ADR 0017): what pays for eight shadows, against the replay goal of 200,000 accesses/s
+(docs/robustness.md, "The replay above 200,000 accesses/s", for where it stands).
 """
 
 from __future__ import annotations
