@@ -8,17 +8,17 @@ deletion looked the key up twice (the dict, then the node's index) and allocated
 node. Here a key is looked up once, a move is six pointer writes, and the node an eviction frees
 is reused by the next insertion. Replaying the pool on multi1 at 1% (every key sampled: eight
 full-size shadows), the queues' operations were about half of the 55,000 instructions per access
-(callgrind). Measured gains are in `docs/robustness.md`, "The replay above 200,000 accesses/s".
+(callgrind). What it gained: `docs/robustness.md`, "The queues themselves"; ADR 0017.
 
 Not `cachetools` or `sortedcontainers`: neither has an ordered set that mypyc compiles into
 direct calls, and `OrderedDict` was already the well-kept library the policies used.
 Run as plain Python (no C compiler: `compiled.build` failed) this is slower than `OrderedDict`;
 the policies then run at plain-Python speed anyway.
 
-A node is a garbage-collected object holding its neighbours, so a queue dropped whole (a shadow
-replaced at a switch) is freed by the cycle collector rather than at once; in steady state an
-eviction's node is reused and nothing is allocated. Not to be changed while iterated: a caller
-that removes keys as it walks takes a list first (`list(queue)`).
+A node is a garbage-collected object holding its neighbours; a queue unlinks them when it is
+freed (`__del__`), so that they go with it, as `OrderedDict`'s did, instead of waiting for the
+cycle collector. In steady state an eviction's node is reused and nothing is allocated. Not to
+be changed while iterated: a caller that removes keys as it walks takes a list first.
 """
 
 from __future__ import annotations
@@ -233,13 +233,6 @@ class KeyQueue:
             raise KeyError("front of an empty KeyQueue")
         return node.key
 
-    def front_value(self) -> int:
-        """The value of the key at the front; KeyError on an empty queue."""
-        node = self._root.next
-        if node is self._root:
-            raise KeyError("front of an empty KeyQueue")
-        return node.value
-
     def pop_front(self) -> object:
         """The key at the front, removed; KeyError on an empty queue."""
         node = self._root.next
@@ -247,14 +240,6 @@ class KeyQueue:
             raise KeyError("pop from an empty KeyQueue")
         del self._nodes[node.key]
         return self._free(node)
-
-    def value(self, key: object) -> int:
-        """KeyError where `key` is not here."""
-        return self._nodes[key].value
-
-    def set_value(self, key: object, value: int) -> None:
-        """KeyError where `key` is not here; its place does not change."""
-        self._nodes[key].value = value
 
     def first_evictable(self, keep: Callable[[object], bool]) -> object | None:
         """The first key, from the front, that `keep` lets go; None where it keeps them all.
