@@ -115,7 +115,11 @@ class KeyQueue:
     def _node(self, key: object, value: int) -> _Node:
         node = self._spare
         if node is None:
-            return _Node(key, value)
+            node = _Node(key, value)
+            # at the root, not at itself: a node left unused (its key was here) and dropped
+            # later would otherwise be a cycle of one, for the collector
+            node.prev = node.next = self._root
+            return node
         self._spare = None
         node.key = key
         node.value = value

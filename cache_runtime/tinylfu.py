@@ -132,7 +132,7 @@ class WTinyLFUPolicy(EvictionPolicy):
             head = window.front()
             if not keep(head):
                 return
-            window.pop_front()
+            window.remove(head)
             probation.add(head)
 
     def ranked(self) -> list[Key]:
