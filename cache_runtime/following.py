@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from mypy_extensions import mypyc_attr
 
 from cache_runtime.candidates import Candidate
-from cache_runtime.policies import EvictionPolicy, Key, first_evictable, keep_nothing
+from cache_runtime.key_queue import KeyQueue
+from cache_runtime.policies import EvictionPolicy, Key, keep_nothing, queue_victim
 from cache_runtime.selector import Selector
 from cache_runtime.shadows import Shadow
 
@@ -45,7 +46,7 @@ class ShadowFollowing(EvictionPolicy):
         self.leader = 0  # the candidate whose policy evicts for the cache
         self.switches: list[tuple[int, str]] = []  # (sampled accesses so far, new leader)
         self._following = False  # exact, since the first switch: the cache follows (`_follow`)
-        self._strays: dict[Key, None] = {}  # following: resident keys the leading shadow lacks
+        self._strays = KeyQueue()  # following: resident keys the leading shadow lacks
         self._aligned = False  # following: the live policy makes the leading shadow's choices
         self._merged = -1  # the slot whose shadow's policy is the live policy (`_merge`)
         self._protecting = False  # a victim was asked with a `keep` that protects: never merge
@@ -82,9 +83,9 @@ class ShadowFollowing(EvictionPolicy):
             self._unmerge()  # the old leader's shadow goes on as a shadow (twins share one)
         shadow = self._shadows[self._slots[self.selector.target]]  # type: ignore[index]
         held = shadow.resident
-        self._strays = {}  # a shadow that has not filled has let go of nothing
+        self._strays = KeyQueue()  # a shadow that has not filled has let go of nothing
         if len(held) >= shadow.capacity:
-            self._strays = dict.fromkeys(k for k in self._live.ranked() if k not in held)
+            self._strays = KeyQueue(k for k in self._live.ranked() if k not in held)
         self._following = True
         self._aligned = self._live_make is target.make
         self._take_lead(self._live if self._aligned else None)
@@ -94,11 +95,11 @@ class ShadowFollowing(EvictionPolicy):
         the key is the leading shadow's now; what its miss evicted, if resident, is a stray."""
         strays, lead = self._strays, self._slots[self.leader]
         if strays:
-            strays.pop(key, None)
+            strays.discard(key)
         if not (hit >> lead) & 1:
             dropped = self._shadows[lead].gone  # type: ignore[index]
             if dropped is not None and dropped in self._keys:
-                strays[dropped] = None
+                strays.add(dropped)
                 self._aligned = False
 
     def _follow(self, keep: Callable[[Key], bool]) -> Key | None:
@@ -110,7 +111,7 @@ class ShadowFollowing(EvictionPolicy):
         any switch the live policy is the leader's own, fed since the cache started, and stays:
         a copy of a shadow started when the cache filled knows less (ARC's target size, a
         test's mixed trace: 8 hits fewer in 60,000)."""
-        stray = first_evictable(self._strays, keep)
+        stray = queue_victim(self._strays, keep)
         if stray is not None:
             return stray
         if not self._aligned:
@@ -161,7 +162,7 @@ class ShadowFollowing(EvictionPolicy):
             if key != self._named:
                 self._unmerge()
             self._named = None
-        self._strays.pop(key, None)
+        self._strays.discard(key)
 
     def _part_on_victim(self, keep: Callable[[Key], bool]) -> None:
         """Before a victim is named: a `keep` that protects (the memory tier's pinned keys)

@@ -140,12 +140,16 @@ class KeyQueue:
         before.next = after
         after.prev = before
 
+    def _keep_spare(self, node: _Node) -> None:
+        """`node`, in no list and under no key now, kept for the next key added."""
+        node.key = None
+        self._spare = node
+
     def _free(self, node: _Node) -> object:
         """Unlinked and forgotten: its key, and the node kept for reuse."""
         self._unlink(node)
         key = node.key
-        node.key = None
-        self._spare = node
+        self._keep_spare(node)
         return key
 
     def add(self, key: object, value: int = 0) -> None:
@@ -154,16 +158,14 @@ class KeyQueue:
         if self._nodes.setdefault(key, node) is node:
             self._link_after(self._root.prev, node)
         else:
-            node.key = None
-            self._spare = node
+            self._keep_spare(node)
 
     def push_back(self, key: object) -> None:
         """`key` at the back, whether it was here (moved) or not (added)."""
         node = self._node(key, 0)
         found = self._nodes.setdefault(key, node)
         if found is not node:
-            node.key = None
-            self._spare = node
+            self._keep_spare(node)
             if found is self._root.prev:
                 return
             self._unlink(found)
@@ -174,8 +176,7 @@ class KeyQueue:
         node = self._node(key, 0)
         found = self._nodes.setdefault(key, node)
         if found is not node:
-            node.key = None
-            self._spare = node
+            self._keep_spare(node)
             self._unlink(found)
         self._link_after(self._root, found)
 
