@@ -238,6 +238,12 @@ class KeyQueue:
             raise KeyError("front of an empty KeyQueue")
         return node.key
 
+    def front_value(self, default: int) -> int:
+        """The front key's value; `default` on an empty queue (MQ's demotion reads each
+        level's first expiry at every eviction, and this spares it the key's lookup)."""
+        node = self._root.next
+        return default if node is self._root else node.value
+
     def pop_front(self) -> object:
         """The key at the front, removed; KeyError on an empty queue."""
         node = self._root.next

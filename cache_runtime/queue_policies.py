@@ -191,7 +191,9 @@ class MQPolicy(EvictionPolicy):
     def __init__(self, queues: int = 8, ghost_factor: int = 4, life: float = 16.0) -> None:
         self._life = life
         self._queues = [KeyQueue() for _ in range(queues)]
-        self._state: dict[Key, list[int]] = {}  # key -> [hits, expiry, queue]
+        # key -> [hits, queue]; each key's expiry (the access count at which it drops a queue)
+        # is its node's value in its queue, where the demotion reads it without a lookup
+        self._state: dict[Key, list[int]] = {}
         self._ghost = KeyQueue()  # evicted keys, each with its hits as its value
         self._ghost_factor = ghost_factor
         self._clock = 0
@@ -199,19 +201,18 @@ class MQPolicy(EvictionPolicy):
 
     def _place(self, key: Key, state: list[int]) -> None:
         level = min(state[0].bit_length() - 1, len(self._queues) - 1)
-        state[2] = level
-        state[1] = self._clock + (self._lifetime or len(self._state))
-        self._queues[level].add(key)
+        state[1] = level
+        self._queues[level].add(key, self._clock + (self._lifetime or len(self._state)))
 
     def on_insert(self, key: Key, now: float, hint: str | None = None) -> None:
         self._clock += 1
-        state = self._state[key] = [self._ghost.pop_value(key, 0) + 1, 0, 0]
+        state = self._state[key] = [self._ghost.pop_value(key, 0) + 1, 0]
         self._place(key, state)
 
     def on_access(self, key: Key, now: float) -> None:
         self._clock += 1
         state = self._state[key]
-        self._queues[state[2]].remove(key)
+        self._queues[state[1]].remove(key)
         state[0] += 1
         self._place(key, state)
 
@@ -219,7 +220,7 @@ class MQPolicy(EvictionPolicy):
         state = self._state.pop(key, None)
         if state is None:
             return
-        self._queues[state[2]].discard(key)
+        self._queues[state[1]].discard(key)
         self._remember(key, state[0])
 
     def _remember(self, key: Key, hits: int) -> None:
@@ -231,24 +232,21 @@ class MQPolicy(EvictionPolicy):
     def on_cold(self, key: Key) -> None:
         state = self._state.get(key)
         if state is not None:
-            self._queues[state[2]].remove(key)
+            self._queues[state[1]].remove(key)
             state[0] = 1
             self._place(key, state)
             self._queues[0].move_to_front(key)
 
     def _demote(self) -> None:
-        lifetime = self._lifetime or len(self._state)
+        lifetime, clock = self._lifetime or len(self._state), self._clock
         for level in range(1, len(self._queues)):
             queue, lower = self._queues[level], self._queues[level - 1]
-            while queue:
-                key = queue.front()
-                state = self._state[key]
-                if state[1] >= self._clock:
-                    break
-                queue.pop_front()
-                lower.add(key)
-                state[1] += lifetime
-                state[2] = level - 1
+            expiry = queue.front_value(clock)  # an empty queue: nothing expired
+            while expiry < clock:
+                key = queue.pop_front()
+                lower.add(key, expiry + lifetime)
+                self._state[key][1] = level - 1
+                expiry = queue.front_value(clock)
 
     def _before_eviction(self) -> None:
         """The lifetime learned at the first eviction, then the expired keys demoted (`victim`

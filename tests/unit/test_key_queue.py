@@ -87,6 +87,9 @@ class Reference:
     def first(self) -> object | None:
         return next(iter(self.od), None)
 
+    def front_value(self, default: int) -> int:
+        return next(iter(self.od.values()), default)
+
     def first_evictable(self, keep: Any) -> object | None:
         return next((key for key in self.od if not keep(key)), None)
 
@@ -151,6 +154,7 @@ def test_any_sequence_of_operations_leaves_what_ordered_dict_leaves(
                 kept.__contains__
             )
             assert queue.first() == ref.first()
+            assert queue.front_value(-1) == ref.front_value(-1)
         else:
             assert (key in queue) == (key in ref.od)
         _same(queue, ref)
