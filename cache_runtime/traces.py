@@ -111,13 +111,19 @@ def load_trace(path: Path, fmt: str) -> AccessTrace:
         ids = _lirs_keys(path, data)
     elif fmt == "cache2k":
         if len(data) % 4:
-            raise TraceError(f"{path}: cache2k traces are big-endian int32 keys")
+            raise TraceError(
+                f"{path}: {len(data)} bytes is not a whole number of 4-byte keys "
+                "(cache2k traces are big-endian int32 keys)"
+            )
         # cache2k writes Java ints: a hashed key is negative half the time. Read as unsigned,
         # the same keys stay distinct and every id is one libCacheSim's uint64 accepts.
         ids = np.frombuffer(data, dtype=">u4").astype(np.int64)
     else:
         if len(data) % ORACLE_DTYPE.itemsize:
-            raise TraceError(f"{path}: not an oracleGeneral trace (24-byte records)")
+            raise TraceError(
+                f"{path}: {len(data)} bytes is not a whole number of 24-byte records "
+                "(an oracleGeneral trace)"
+            )
         # uint64 ids above 2**63 keep their bits as negative int64 (`unsigned_id` undoes it)
         ids = np.frombuffer(data, dtype=ORACLE_DTYPE)["id"].view(np.int64).copy()
     if not len(ids):
