@@ -41,7 +41,7 @@ leaving the window (most accesses hit or miss in every shadow alike), where ever
 sampled it keeps no history and computes no hash, a shadow's miss evicts in one call
 (`EvictionPolicy.evict`), and the candidates' queues are compiled linked lists (`key_queue`,
 ADR 0017): what pays for eight shadows, against the replay goal of 200,000 accesses/s
-(docs/robustness.md, "The replay above 200,000 accesses/s", for where it stands).
+(docs/robustness.md, "The replay's speed", for where it stands).
 """
 
 from __future__ import annotations
