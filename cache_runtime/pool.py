@@ -22,7 +22,9 @@ its replay hits significantly less than the cache did over the same accesses, th
 sample misled them, and the switch is called off (`CHECK_Z`). Rejected: handing the keys over
 in the old leader's order with no history (LIRS taking over on gli at 20% then hit 0.128, alone
 0.337); keeping every candidate's metadata for the real cache (set dueling): with eight
-candidates every miss costs eight inserts and removals.
+candidates every miss costs eight inserts and removals, and evicting by their weighted proposals
+(LeCaR's per-eviction weighting, 2026-12-07) undid each candidate's structure: the 44 cells of
+`robustness.py` 23-38 short, summed margin -0.63 to -2.01 (following a shadow: 11, +0.054).
 
 Where every key is sampled (caches of at most 2 x `min_shadow` entries: `EXACT_FROM`), each
 shadow is a full-size replay and the cache follows the leading one exactly, with no rebuild
