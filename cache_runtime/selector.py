@@ -15,8 +15,19 @@ from collections.abc import Sequence
 from cache_runtime.candidates import Candidate
 
 # the hysteresis counts at least this many sampled accesses: early on, a challenger needs about
-# 5 hits of lead, not 1 (cells short 18 -> 16 of 44: sprite 5-20% lost its early detours to MQ)
+# 5 hits of lead, not 1 (cells short 18 -> 16 of 44: sprite 5-20% lost its early detours to MQ).
+# What it protects is the first leader's hints: an application's explicit close pays only once
+# conversations end (Mooncake 10% with it: 12.8% of the LRU-Belady gap with 512-799 here, 15.05%
+# at 1,024)
 EARLY_WINDOW = 1024
+# the early window until the first hint has reached the shadows (`forked`): with no hint there is
+# nothing that the shadows cannot see yet, and the long early lead only delays a switch the
+# shadows have shown (`benchmarks/pool_sweep.py`, 2026-12-07: cells short / summed margin over
+# command, held out, generated 11 / +0.0544, 11 / +0.1175, 28 / -0.2232 at 1,024 -> 11 /
+# +0.0629, 11 / +0.1209, 26 / -0.2052, the worst ratios and the cells below LRU unchanged).
+# The lead is compared in whole hits (4 where keys are sampled, 2 where every key is): 600-799
+# give the same cells; 512 leaves 24 generated cells short but lowers their worst ratio
+EARLY_WINDOW_PLAIN = 768
 
 
 class Selector:
@@ -84,7 +95,8 @@ class Selector:
         for the tail hint but cut the explicit close at 10% from 15% of the LRU-Belady gap to
         8.5% (docs/robustness.md)."""
         wins, choice = self.wins, self.choice
-        lead = self.lead * max(len(self.window), EARLY_WINDOW)
+        early = EARLY_WINDOW if self.forked else EARLY_WINDOW_PLAIN
+        lead = self.lead * max(len(self.window), early)
         if lead < 1.0:
             lead = 1.0
         if self.forked:  # before the first hint twins share a shadow: their wins are equal

@@ -8,7 +8,7 @@ import pytest
 
 from cache_runtime.candidates import CANDIDATES, DEFAULT_POOL
 from cache_runtime.pool import DEFAULT_HYSTERESIS, DEFAULT_WINDOW
-from cache_runtime.selector import EARLY_WINDOW, Selector
+from cache_runtime.selector import EARLY_WINDOW, EARLY_WINDOW_PLAIN, Selector
 
 LEAD = DEFAULT_HYSTERESIS * DEFAULT_WINDOW  # a switch's lead over a full window, in hits
 
@@ -41,14 +41,17 @@ def test_the_wins_are_the_windows_hits_per_candidate(window: int) -> None:
     assert len(selector.window) == min(window, selector.seen) and selector.seen == 3_000
 
 
-def test_early_on_the_lead_counts_a_full_early_window() -> None:
-    """With a few accesses in the window the lead is still a share of `EARLY_WINDOW` accesses
-    (about 5 hits), not of the few seen (which would make one hit a lead): MQ, hitting where
-    LRU misses, takes over on its sixth hit of lead, not its second."""
+@pytest.mark.parametrize("hinted", [True, False])
+def test_early_on_the_lead_counts_a_full_early_window(hinted: bool) -> None:
+    """With a few accesses in the window the lead is still a share of an early window (not of
+    the few seen, which would make one hit a lead): once a hint has reached the shadows,
+    `EARLY_WINDOW` accesses, about 5 hits, and MQ, hitting where LRU misses, takes over on its
+    sixth hit of lead; with no hint yet `EARLY_WINDOW_PLAIN`, on its fourth."""
     names = ("lru", "mq")
     selector = _selector(names)
-    early_lead = DEFAULT_HYSTERESIS * EARLY_WINDOW
-    assert 5 < early_lead < 6
+    selector.forked = hinted
+    early_lead = DEFAULT_HYSTERESIS * (EARLY_WINDOW if hinted else EARLY_WINDOW_PLAIN)
+    assert (5 < early_lead < 6) if hinted else (3 < early_lead < 4)
     for n in range(1, 7):
         selector.record(0b10)  # MQ hits, LRU misses
         assert names[selector.target] == ("mq" if n > early_lead else "lru"), n
