@@ -79,7 +79,7 @@ class Rebuild:
     leader on a sample of the keys, whose luck can rank two policies the other way round. Over
     the second half of the history and all that is fed after (the first half warms the new
     leader), `gained` counts the accesses only it hits and `lost` those only the cache hit
-    (`worse_than_cache`). Rejected: a full-size replay of the leader's own policy beside it as
+    (`gains_on_cache`). Rejected: a full-size replay of the leader's own policy beside it as
     the rival (a like-for-like cold start: one more cell within tolerance, Mooncake 5%, but the
     replay 20-30% slower on Mooncake and sprite in alternating runs, each switch replaying
     twice)."""
@@ -132,7 +132,13 @@ class Rebuild:
         self.fresh = 0
         return not self.pending
 
-    def worse_than_cache(self, z: float) -> bool:
-        """The cache hit significantly more over the scored accesses: McNemar's test on the
-        accesses where the two differ, one-sided at `z` standard deviations."""
-        return self.lost - self.gained > z * (self.lost + self.gained) ** 0.5
+    @property
+    def judged(self) -> bool:
+        """Whether it counts against the cache's hits (a rebuild begun for a hinted candidate
+        does not: it replays no hints, so it cannot show what they are worth)."""
+        return self.cached is not None
+
+    def gains_on_cache(self, z: float) -> bool:
+        """It hit more than the cache over the scored accesses, by more than `z` standard
+        deviations: McNemar's test on the accesses where the two differ, one-sided."""
+        return self.gained - self.lost > z * (self.lost + self.gained) ** 0.5

@@ -4,6 +4,7 @@ leader, which evicts them first in its own order (`cache_runtime.handover`)."""
 from __future__ import annotations
 
 import pytest
+from pool_support import UncheckedPool
 
 from cache_runtime.handover import DROP_STEP, Handover
 from cache_runtime.policies import EvictionPolicy, LRUPolicy
@@ -103,7 +104,7 @@ def test_the_pool_hands_over_the_keys_its_history_does_not_cover() -> None:
     """Half the cache was inserted before the last MAX_HISTORY accesses, which read only the
     other half: the rebuilt MQ knows the other half, LRU keeps the first and evicts it first,
     and once it is gone the pool runs MQ alone."""
-    pool = PoolPolicy(("lru", "mq"), capacity=200, min_shadow=64)  # some keys sampled
+    pool = UncheckedPool(("lru", "mq"), capacity=200, min_shadow=64)  # some keys sampled
     old, read = list(range(100)), list(range(100, 200))
     for key in old + read:
         pool.on_insert(key, 0.0, None)
@@ -138,7 +139,7 @@ def test_one_eviction_lets_go_of_a_bounded_number_of_shared_keys() -> None:
 def _tier_in_handover(pinned: str | None) -> tuple[MemoryTier, PoolPolicy]:
     """A memory tier of 200 one-byte entries whose pool hands over from LRU to MQ: half the
     entries ("o*") were written before the last MAX_HISTORY reads and stay with LRU."""
-    pool = PoolPolicy(("lru", "mq"), capacity=200, min_shadow=64)  # some keys sampled
+    pool = UncheckedPool(("lru", "mq"), capacity=200, min_shadow=64)  # some keys sampled
     tier = MemoryTier(200, pool)
     read = [f"r{i}" for i in range(100)]
     for key in [f"o{i}" for i in range(100)] + read:
