@@ -514,9 +514,12 @@ def test_a_switch_hands_over_every_resident_key() -> None:
 # ghost of each in removal order. Prints every removal ARC saw.
 _SWITCH_TO_ARC = """
 import json
-from cache_runtime import pool as pools
+import sys
 from cache_runtime.candidates import CANDIDATES, Candidate
 from cache_runtime.prefix_policies import PrefixARC
+
+sys.path.insert(0, "tests/unit")
+from pool_support import UncheckedPool
 
 removed = []
 
@@ -525,12 +528,8 @@ class Recording(PrefixARC):
         removed.append(key)
         super().on_remove(key)
 
-class Unchecked(pools.PoolPolicy):  # as tests/unit/pool_support.py's UncheckedPool
-    def _switch_pays(self, rebuild, target):
-        return True
-
 CANDIDATES["arc"] = Candidate(Recording, False, "records its removals")
-pool = Unchecked(("lru", "arc"), capacity=8, sample_rate=0.5, min_shadow=1)  # a rebuild
+pool = UncheckedPool(("lru", "arc"), capacity=8, sample_rate=0.5, min_shadow=1)  # a rebuild
 resident = set()
 
 def access(key):
