@@ -8,7 +8,7 @@ hits names the policy that evicts for the real cache (with its family: "Hints" b
 choice is `selector.Selector`'s, the following this module's). The
 shadows see only the trace and the hints, never the live policy's choices, so the live choice
 cannot feed back into its own score.
-What each rule below gained, cell by cell: docs/robustness.md, "How the pool got here".
+What each rule below gained, cell by cell: docs/robustness-log.md, "How the pool got here".
 
 A switch. Only the leader keeps state for the real cache, and a real cache cannot take a
 shadow's contents, so a switch pays until the new leader has refilled it. The new leader is
@@ -95,7 +95,7 @@ CHEAP_LEAD = 0.5
 # size says) and 7% 0.4280 -> 0.4487; web07 20% 0.6278 -> 0.6228 (the early move to ARC waits
 # for its evidence). z = 0: +0.0654 on the command's cells; 0.5: 26 generated cells short; 1.5
 # and 2: 12 command cells short. Asked again after 512 sampled accesses: 12 held-out cells short
-# (2,048: within 0.004 of 1,024 on every group; docs/robustness.md has each run).
+# (2,048: within 0.004 of 1,024 on every group; docs/robustness-log.md has each run).
 # In the memory tier the cache's hits include keys it protects (pinned, a KV page's parents),
 # which a rebuild may evict: there the check leans toward calling a switch off
 SWITCH_GAIN_Z = 1.0

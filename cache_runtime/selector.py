@@ -93,7 +93,7 @@ class Selector:
         Mooncake, each hinted replay against the one with a hint less: 6 of 16 cells lower by
         0.0081 in all -> 6 by 0.0039; choosing the family on plain shadows alone lowered none
         for the tail hint but cut the explicit close at 10% from 15% of the LRU-Belady gap to
-        8.5% (docs/robustness.md)."""
+        8.5% (docs/robustness-log.md)."""
         wins, choice = self.wins, self.choice
         early = EARLY_WINDOW if self.forked else EARLY_WINDOW_PLAIN
         lead = self.lead * max(len(self.window), early)
