@@ -10,6 +10,9 @@ import pytest
 from helpers import invoke_cli
 from helpers import run_cli as run
 
+from cache_runtime.traces import TraceError
+from models.evaluation.bench.forecast_bench import total_series
+
 
 @pytest.fixture(scope="module")
 def azure_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -36,7 +39,9 @@ def test_bench_forecast_json(azure_like: Path, tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = orjson.loads(done.stdout)
-    assert result["buckets"] == 240 and result["test_buckets"] == 60
+    # the trace ends inside its 240th bucket from the first request: that one is dropped
+    assert result["buckets"] == 239 and result["test_buckets"] == 60
+    assert result["dropped_partial_bucket_requests"] > 0
     expected = {"preheat", "attention", "naive", "seasonal_naive", "moving_average", "ewma", "ar"}
     assert set(result["methods"]) == expected
     for scores in result["methods"].values():
@@ -53,6 +58,27 @@ def test_bench_forecast_json(azure_like: Path, tmp_path: Path) -> None:
     assert result["best_baseline"] in expected - {"preheat", "attention"}
     low, high = result["mae_diff_ci95"]
     assert low <= high
+
+
+def test_the_bucket_a_trace_ends_inside_is_dropped(tmp_path: Path) -> None:
+    """An event trace is known up to its last request, so the bucket holding it is partial; a
+    rate trace's windows cover their width, so a bucket is whole once its windows are in."""
+    events = tmp_path / "events.csv"
+    stamps = ["18:00:00", "18:00:04", "18:00:12", "18:00:19", "18:00:25"]
+    events.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"2023-11-16 {t}.0000000,10,1\n" for t in stamps)
+    )
+    series, quarantined, dropped = total_series(events, "azure", 10)
+    assert series.tolist() == [2.0, 2.0] and (quarantined, dropped) == (0, 1)
+    with pytest.raises(TraceError, match="spans less than one 60 s bucket"):
+        total_series(events, "azure", 60)
+    rates = tmp_path / "rate.csv"
+    rates.write_text("window_start_s,total_rate_rps,active_clients\n0,1,3\n600,2,3\n1200,3,3\n")
+    series, _, dropped = total_series(rates, "servegen", 600)
+    assert series.tolist() == [600.0, 1200.0, 1800.0] and dropped == 0
+    series, _, dropped = total_series(rates, "servegen", 1200)
+    assert series.tolist() == [1800.0] and dropped == 1800
 
 
 def test_bench_forecast_bad_input_is_one_line(tmp_path: Path) -> None:
