@@ -59,6 +59,7 @@ from mypy_extensions import mypyc_attr
 from cache_runtime.candidates import CANDIDATES, DEFAULT_POOL, Candidate
 from cache_runtime.following import ShadowFollowing
 from cache_runtime.handover import Handover
+from cache_runtime.key_queue import KeyQueue
 from cache_runtime.policies import EvictionPolicy, Key, keep_nothing
 from cache_runtime.selector import Selector
 from cache_runtime.shadows import SPOT_BITS, Rebuild, Shadow, spot
@@ -105,6 +106,14 @@ RETRY_SHARE = 0.25
 # at a switch (caches of 129-256 entries at the defaults; with W-TinyLFU in the pool, summed
 # +0.017 over the 44 cells, +0.038 at the 40 held-out sizes). A configured `sample_rate` stays
 EXACT_FROM = 0.5
+# the cache's size in entries is learned at its first eviction, and the shadows are built for it;
+# where values differ in size it moves (a node cache holds KV pages, embeddings and answers in one
+# byte budget: filled first by warm-up's pages, it holds many times as many entries once traffic's
+# answers come). Where the entries at an eviction are this many times the size the shadows were
+# built for, or this share of it, they start again at the new size (`_resize`). Left fixed, a
+# tier whose first eviction came among three 4 KB values sampled every key into two-entry
+# shadows for good, and with 1,000 10-byte entries later hit what LRU hits (review, 2026-12-07)
+RESIZE_AT = 2.0
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -115,7 +124,8 @@ class PoolPolicy(ShadowFollowing):
     keys sampled, raised for small caches so that each shadow holds `min_shadow` entries (1.0
     replays every key at full size); `hysteresis`: the lead, as a share of the window, a
     challenger needs to take over. `capacity` in entries when known (unit-size replay); else
-    learned when the cache fills."""
+    learned when the cache fills, and again where the entries at an eviction have moved by
+    `RESIZE_AT` since (values of different sizes in one byte budget)."""
 
     name = "preheat"
 
@@ -145,6 +155,7 @@ class PoolPolicy(ShadowFollowing):
         # candidate -> the sampled accesses until which a switch to it stays called off
         self._called_off: dict[int, int] = {}
         self._exact = False  # every key sampled: the shadows are full-size replicas
+        self._size = 0  # entries the shadows were built for (`_start`)
         if capacity is not None:
             self._start(capacity, fresh=True)
 
@@ -165,6 +176,7 @@ class PoolPolicy(ShadowFollowing):
         return None if self._shadows is None else self._rate
 
     def _start(self, capacity: int, fresh: bool = False) -> None:
+        self._size = capacity
         floor = self.min_shadow / max(1, capacity)  # the rate a shadow of `min_shadow` needs
         self._rate = 1.0 if floor >= EXACT_FROM else max(self.sample_rate, min(1.0, floor))
         self._threshold = round(self._rate * (1 << SPOT_BITS))
@@ -187,6 +199,23 @@ class PoolPolicy(ShadowFollowing):
         self.selector.lead = self.hysteresis * (CHEAP_LEAD if self._exact else 1.0)
         if self._exact and fresh:  # nothing fed yet: the live policy and its shadow are one
             self._merge()
+
+    def _resize(self) -> None:
+        """The shadows start again for the entries the cache holds now (`RESIZE_AT`). What
+        followed the old shadows stops: a merged shadow parts from the cache, the cache stops
+        following (until the next switch), and a rebuild under way is dropped. The live policy
+        and the selector's window stay: the window's bits are the candidates', not the
+        shadows'. A node that had forked its hinted twins forks them again."""
+        if self._merged >= 0:
+            self._unmerge()
+        self._following, self._aligned, self._strays = False, False, KeyQueue()
+        self._rebuild = None
+        if self._exact:  # the history, kept only where keys are sampled, starts now
+            self._history = deque(maxlen=MAX_HISTORY)
+            self._history_hits = deque(maxlen=MAX_HISTORY)
+        self._start(len(self._keys))
+        if self.selector.forked:
+            self._fork()
 
     def _fork(self) -> None:
         """The first hint: each hinted candidate sharing its twin's shadow gets a copy of it."""
@@ -339,6 +368,8 @@ class PoolPolicy(ShadowFollowing):
             self._part_on_victim(keep)
         if self._shadows is None:  # the cache just filled: its size in entries is known now
             self._start(len(self._keys))
+        elif not self._size / RESIZE_AT < len(self._keys) < self._size * RESIZE_AT:
+            self._resize()
         live = self._live
         if isinstance(live, Handover) and not live.legacy:  # the old leader's keys are gone
             self._install(live.leader)

@@ -515,6 +515,48 @@ def test_the_tier_serves_the_pool_by_default() -> None:
     assert isinstance(tier.policy, PoolPolicy) and make_policy("preheat").name == "preheat"
 
 
+def test_the_shadows_start_again_where_the_cache_holds_many_times_the_entries() -> None:
+    """A byte budget holds as many entries as its values allow. Filled first by large values, a
+    node cache later holds hundreds of small ones (warm-up's KV pages, then traffic's answers),
+    and the other way round: the shadows are rebuilt for what it holds (`RESIZE_AT`), where
+    they used to stay at the size of the first eviction, every key sampled into two-entry
+    shadows for good."""
+    pool = PoolPolicy()
+    tier = MemoryTier(10_000, policy=pool)
+    for i in range(3):
+        tier.put(f"big{i}", bytes(4000))  # the third makes the first eviction: 2 entries
+    assert pool.effective_rate == 1.0 and pool._shadows is not None
+    assert {shadow.capacity for shadow in pool._shadows} == {2}
+    for step in range(6000):  # a loop of 1,500 keys of 10 bytes: about 1,000 fit
+        key = f"k{step % 1500}"
+        if tier.get(key) is None:
+            tier.put(key, bytes(10))
+    assert tier.stats().items >= 500 and tier.check() == []
+    rate = pool.effective_rate
+    assert rate is not None and rate <= 128 / 500  # sampled, as a cache of 500+ entries is
+    assert {shadow.capacity for shadow in pool._shadows} == {128}
+    for i in range(3):
+        tier.put(f"big{i}", bytes(4000))  # few entries again: every key sampled
+    assert pool.effective_rate == 1.0
+    assert max(shadow.capacity for shadow in pool._shadows) <= 1000 // 2
+
+
+def test_a_resize_keeps_the_hinted_twins_apart() -> None:
+    """Twins share a shadow until the first hint; a resize after it gives each its own again."""
+    pool = PoolPolicy()
+    for i in range(4):
+        pool.on_insert(i, 0.0)
+    pool.on_remove(pool.victim(keep_nothing))  # the first eviction: 4 entries
+    pool.on_insert(4, 0.0, Hint.TAIL)  # the first hint forks the twins
+    forked = len(pool._shadows or ())
+    for i in range(5, 40):  # as if smaller values came: ten times the entries
+        pool.on_insert(i, 0.0)
+    pool.on_remove(pool.victim(keep_nothing))
+    assert pool._shadows is not None
+    assert len(pool._shadows) == forked > len(set(pool.selector.family))
+    assert {shadow.capacity for shadow in pool._shadows} == {39}
+
+
 def test_the_cache_publishes_what_its_pool_decided() -> None:
     """The memory tier's pool, in the cache's metrics when they are read: the leader (LIRS, once
     a loop larger than the tier has shown LRU keeps nothing), the switches, the sampling rate."""
