@@ -115,8 +115,9 @@ EXACT_FROM = 0.5
 # eviction too, is rebuilt at it (`_resize`, `_renew`). Left fixed, a tier whose first eviction
 # came among three 4 KB values sampled every key into two-entry shadows for good, and with 1,000
 # 10-byte entries later hit what LRU hits (review, 2026-12-07). A quarter, not a half: on a loop
-# 1.3 x the cache, shadows built for 601 entries where the cache held 1,000 ranked the
-# candidates for another cache (a loop 2.2 x it), and the pool hit 0.43 where it hits 0.75
+# 1.3 x the cache after such values, shadows built for 601 entries where the cache held 1,000
+# ranked the candidates for another cache (a loop 2.2 x it): the pool hit 0.61 at 2, flapping
+# between LIRS and W-TinyLFU, and 0.74 at 1.5, 1.25 and 1.1 (0.75 with no large values first)
 RESIZE_AT = 1.25
 
 
