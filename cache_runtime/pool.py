@@ -202,6 +202,9 @@ class PoolPolicy(ShadowFollowing):
             self._history_hits = deque(maxlen=0)
         else:
             self._sampled = {key for key in self._keys if spot(key) < threshold}
+            if self._history.maxlen == 0:  # a resize from every key sampled: it starts now
+                self._history = deque(maxlen=MAX_HISTORY)
+                self._history_hits = deque(maxlen=MAX_HISTORY)
         self.selector.lead = self.hysteresis * (CHEAP_LEAD if self._exact else 1.0)
         if self._exact and fresh:  # nothing fed yet: the live policy and its shadow are one
             self._merge()
@@ -216,9 +219,6 @@ class PoolPolicy(ShadowFollowing):
             self._unmerge()
         self._following, self._aligned, self._strays = False, False, KeyQueue()
         self._rebuild = None
-        if self._exact:  # the history, kept only where keys are sampled, starts now
-            self._history = deque(maxlen=MAX_HISTORY)
-            self._history_hits = deque(maxlen=MAX_HISTORY)
         self._start(len(self._keys))
         if self.selector.forked:
             self._fork()
@@ -237,8 +237,7 @@ class PoolPolicy(ShadowFollowing):
         if self._exact:
             shadow = self._shadows[self._slots[self.leader]]  # type: ignore[index]
             if len(shadow.resident) >= shadow.capacity:
-                held = shadow.resident
-                self._strays = KeyQueue(k for k in self._live.ranked() if k not in held)
+                self._strays = self._strays_from(shadow)
                 self._following, self._aligned, self._renewing = True, False, False
             return
         rebuild = self._rebuild
