@@ -86,6 +86,14 @@ class EvictionPolicy:
         """The entry to evict next, skipping those `keep` protects; None if all are protected."""
         raise NotImplementedError
 
+    def resize(self, entries: int) -> None:
+        """The cache now holds `entries` when it evicts, far from what it held at the first
+        eviction, where the policies with sizes in entries (LIRS's LIR set, S3-FIFO's small
+        queue, MQ's lifetime, ARC's target, SLRU's protected segment) learned them: the memory
+        tier, whose budget is in bytes, calls it where its values changed size
+        (`MemoryTier.RESIZE_AT`). A policy whose size was not learned yet learns it at its next
+        eviction; one with no sizes (LRU, LRU-K, heat) ignores it, as this default does."""
+
     def evict(self) -> Key | None:
         """`victim(keep_nothing)`, then `on_remove` of it: what a simulated cache (the pool's
         shadows, `shadows.Shadow`) does on every miss once full. The policies whose victim and

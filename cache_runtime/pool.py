@@ -106,19 +106,6 @@ RETRY_SHARE = 0.25
 # at a switch (caches of 129-256 entries at the defaults; with W-TinyLFU in the pool, summed
 # +0.017 over the 44 cells, +0.038 at the 40 held-out sizes). A configured `sample_rate` stays
 EXACT_FROM = 0.5
-# the cache's size in entries is learned at its first eviction, and the shadows are built for it;
-# where values differ in size it moves (a node cache holds KV pages, embeddings and answers in one
-# byte budget: filled first by warm-up's pages, it holds many times as many entries once traffic's
-# answers come). Where the entries at an eviction are this many times the size the shadows were
-# built for, or this share of it, they start again at the new size, and the live policy, whose
-# own sizes (LIRS's LIR set, S3-FIFO's small queue, MQ's lifetime) were learned at its first
-# eviction too, is rebuilt at it (`_resize`, `_renew`). Left fixed, a tier whose first eviction
-# came among three 4 KB values sampled every key into two-entry shadows for good, and with 1,000
-# 10-byte entries later hit what LRU hits (review, 2026-12-07). A quarter, not a half: on a loop
-# 1.3 x the cache after such values, shadows built for 601 entries where the cache held 1,000
-# ranked the candidates for another cache (a loop 2.2 x it): the pool hit 0.61 at 2, flapping
-# between LIRS and W-TinyLFU, and 0.74 at 1.5, 1.25 and 1.1 (0.75 with no large values first)
-RESIZE_AT = 1.25
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -129,8 +116,8 @@ class PoolPolicy(ShadowFollowing):
     keys sampled, raised for small caches so that each shadow holds `min_shadow` entries (1.0
     replays every key at full size); `hysteresis`: the lead, as a share of the window, a
     challenger needs to take over. `capacity` in entries when known (unit-size replay); else
-    learned when the cache fills, and again where the entries at an eviction have moved by
-    `RESIZE_AT` since (values of different sizes in one byte budget: `_resize`, `_renew`)."""
+    learned when the cache fills, and again where the memory tier says its entries have moved
+    (values of different sizes in one byte budget: `resize`, `_renew`)."""
 
     name = "preheat"
 
@@ -160,7 +147,6 @@ class PoolPolicy(ShadowFollowing):
         # candidate -> the sampled accesses until which a switch to it stays called off
         self._called_off: dict[int, int] = {}
         self._exact = False  # every key sampled: the shadows are full-size replicas
-        self._size = 0  # entries the shadows were built for (`_start`)
         self._renewing = False  # the live policy has the sizes of before a resize (`_renew`)
         if capacity is not None:
             self._start(capacity, fresh=True)
@@ -182,7 +168,6 @@ class PoolPolicy(ShadowFollowing):
         return None if self._shadows is None else self._rate
 
     def _start(self, capacity: int, fresh: bool = False) -> None:
-        self._size = capacity
         floor = self.min_shadow / max(1, capacity)  # the rate a shadow of `min_shadow` needs
         self._rate = 1.0 if floor >= EXACT_FROM else max(self.sample_rate, min(1.0, floor))
         self._threshold = round(self._rate * (1 << SPOT_BITS))
@@ -209,23 +194,27 @@ class PoolPolicy(ShadowFollowing):
         if self._exact and fresh:  # nothing fed yet: the live policy and its shadow are one
             self._merge()
 
-    def _resize(self) -> None:
-        """The shadows start again for the entries the cache holds now (`RESIZE_AT`). What
-        followed the old shadows stops: a merged shadow parts from the cache, the cache stops
-        following (until the next switch), and a rebuild under way is dropped. The live policy
-        and the selector's window stay: the window's bits are the candidates', not the
-        shadows'. A node that had forked its hinted twins forks them again."""
+    def resize(self, entries: int) -> None:
+        """The shadows start again for `entries` (the memory tier's `RESIZE_AT`), and the live
+        policy is made again at that size (`_renew`). What followed the old shadows stops: a
+        merged shadow parts from the cache, the cache stops following (until the next switch),
+        and a rebuild under way is dropped. The selector's window stays: its bits are the
+        candidates', not the shadows'. A node that had forked its hinted twins forks them
+        again. Before the first eviction there is nothing to resize: the shadows are built for
+        the entries the cache holds then."""
+        if self._shadows is None:
+            return
         if self._merged >= 0:
             self._unmerge()
         self._following, self._aligned, self._strays = False, False, KeyQueue()
         self._rebuild = None
-        self._start(len(self._keys))
+        self._start(entries)
         if self.selector.forked:
             self._fork()
         self._renewing = True
 
     def _renew(self) -> None:
-        """After a resize, the leader's policy made again at the new size, as a switch makes a
+        """After `resize`, the leader's policy made again at the new size, as a switch makes a
         new leader: where every key is sampled, the cache follows the leader's new shadow once
         it has filled (`_follow`: what it lacks goes first, then the live policy is a copy of
         it); else the leader is rebuilt from the history, a slice per eviction, and handed over,
@@ -401,8 +390,6 @@ class PoolPolicy(ShadowFollowing):
             self._part_on_victim(keep)
         if self._shadows is None:  # the cache just filled: its size in entries is known now
             self._start(len(self._keys))
-        elif not self._size / RESIZE_AT < len(self._keys) < self._size * RESIZE_AT:
-            self._resize()
         live = self._live
         if isinstance(live, Handover) and not live.legacy:  # the old leader's keys are gone
             self._install(live.leader)

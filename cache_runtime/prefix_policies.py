@@ -86,6 +86,11 @@ class PrefixSLRU(EvictionPolicy):
         if self._capacity is None:
             self._capacity = len(self._probation) + len(self._protected)
 
+    def resize(self, entries: int) -> None:
+        if self._capacity is not None:
+            self._capacity = entries
+            self._rebalance()
+
     def victim(self, keep: Callable[[Key], bool]) -> Key | None:
         self._learn_capacity()
         for segment in (self._probation, self._protected):
@@ -189,6 +194,13 @@ class PrefixARC(EvictionPolicy):
     def on_cold(self, key: Key) -> None:
         if self._t2.discard(key) or key in self._t1:
             self._t1.push_front(key)
+
+    def resize(self, entries: int) -> None:
+        """c for `entries`: the target p and the ghosts within the paper's bounds for it."""
+        if self._capacity is not None:
+            self._capacity = entries
+            self._p = min(self._p, float(entries))
+            self._trim_ghosts(entries)
 
     def _t1_first(self) -> bool:
         """Whether T1 gives up a key first: while it exceeds its target p, or T2 is empty

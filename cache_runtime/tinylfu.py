@@ -83,7 +83,18 @@ class WTinyLFUPolicy(EvictionPolicy):
                 return
 
     def _learn_capacity(self) -> None:
-        self._capacity = len(self._window) + len(self._probation) + len(self._protected)
+        self._size_for(len(self._window) + len(self._probation) + len(self._protected))
+
+    def resize(self, entries: int) -> None:
+        """The window and the segments for `entries`; protected's overflow goes back to
+        probation at once (a larger window drains through the contest, a victim at a time)."""
+        if self._capacity:
+            self._size_for(entries)
+            while len(self._protected) > self._protected_size:
+                self._probation.add(self._protected.pop_front())
+
+    def _size_for(self, entries: int) -> None:
+        self._capacity = entries
         self._window_size = max(1, int(self._capacity * self.window_share))
         self._main_size = max(1, self._capacity - self._window_size)
         self._protected_size = max(1, int(self._main_size * self.protected_share))

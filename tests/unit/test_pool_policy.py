@@ -518,9 +518,9 @@ def test_the_tier_serves_the_pool_by_default() -> None:
 def test_the_shadows_start_again_where_the_cache_holds_many_times_the_entries() -> None:
     """A byte budget holds as many entries as its values allow. Filled first by large values, a
     node cache later holds hundreds of small ones (warm-up's KV pages, then traffic's answers),
-    and the other way round: the shadows are rebuilt for what it holds (`RESIZE_AT`), where
-    they used to stay at the size of the first eviction, every key sampled into two-entry
-    shadows for good."""
+    and the other way round: the shadows are rebuilt for what it holds when the tier says
+    its entries moved (`RESIZE_AT`), where they used to stay at the size of the first
+    eviction, every key sampled into two-entry shadows for good."""
     pool = PoolPolicy()
     tier = MemoryTier(10_000, policy=pool)
     for i in range(3):
@@ -580,6 +580,7 @@ def test_a_resize_keeps_the_hinted_twins_apart() -> None:
     forked = len(pool._shadows or ())
     for i in range(5, 40):  # as if smaller values came: ten times the entries
         pool.on_insert(i, 0.0)
+    pool.resize(39)  # what the memory tier says (`RESIZE_AT`)
     pool.on_remove(pool.victim(keep_nothing))
     assert pool._shadows is not None
     assert len(pool._shadows) == forked > len(set(pool.selector.family))
