@@ -137,10 +137,6 @@ class Handover(EvictionPolicy):
             leader.on_cold(key)
         legacy.clear()
 
-    def resize(self, entries: int) -> None:
-        """The new leader takes the size; the old one only drains, in the order it had."""
-        self.leader.resize(entries)
-
     def ranked(self) -> list[Key]:
         legacy = self.legacy
         return [key for key in self.old.ranked() if key in legacy] + self.leader.ranked()
