@@ -269,9 +269,9 @@ class MQPolicy(EvictionPolicy):
         self._demote()
 
     def resize(self, entries: int) -> None:
-        """The lifetime for `entries`; keys queued before keep the expiry they were given, so
-        a queue's head can expire after a key behind it for one lifetime (demoted then, later
-        than a check per access would)."""
+        """The lifetime for `entries`. Keys queued before keep the expiry the old one gave
+        them: where it shrank, for one old lifetime a queue's head can expire after keys behind
+        it, which are demoted with it, later than a check per access would."""
         if self._lifetime is not None:
             self._lifetime = max(1, int(entries * self._life))
 
