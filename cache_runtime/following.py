@@ -82,18 +82,13 @@ class ShadowFollowing(EvictionPolicy):
         if self._merged >= 0 and self._slots[self.selector.target] != self._merged:
             self._unmerge()  # the old leader's shadow goes on as a shadow (twins share one)
         shadow = self._shadows[self._slots[self.selector.target]]  # type: ignore[index]
+        held = shadow.resident
         self._strays = KeyQueue()  # a shadow that has not filled has let go of nothing
-        if len(shadow.resident) >= shadow.capacity:
-            self._strays = self._strays_from(shadow)
+        if len(held) >= shadow.capacity:
+            self._strays = KeyQueue(k for k in self._live.ranked() if k not in held)
         self._following = True
         self._aligned = self._live_make is target.make
         self._take_lead(self._live if self._aligned else None)
-
-    def _strays_from(self, shadow: Shadow) -> KeyQueue:
-        """The resident keys `shadow` does not hold, in the live policy's order: what the cache
-        evicts first as it starts to follow that shadow."""
-        held = shadow.resident
-        return KeyQueue(k for k in self._live.ranked() if k not in held)
 
     def _track_strays(self, key: Key, hit: int) -> None:
         """Following, not merged, after an access to `key` (`hit`: bit j, shadow j hit it):

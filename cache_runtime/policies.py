@@ -87,12 +87,13 @@ class EvictionPolicy:
         raise NotImplementedError
 
     def resize(self, entries: int) -> None:
-        """The cache now holds `entries` when it evicts, far from what it held at the first
-        eviction, where the policies with sizes in entries (LIRS's LIR set, S3-FIFO's small
-        queue, MQ's lifetime, ARC's target, SLRU's protected segment) learned them: the memory
-        tier, whose budget is in bytes, calls it where its values changed size
-        (`MemoryTier.RESIZE_AT`). A policy whose size was not learned yet learns it at its next
-        eviction; one with no sizes (LRU, LRU-K, heat) ignores it, as this default does."""
+        """The cache now holds about `entries` when it evicts, far from the size this policy
+        last took (learned at its first eviction, or told here before): the memory tier, whose
+        budget is in bytes, calls it where its values changed size (`memory.RESIZE_AT`). The
+        policies with sizes in entries take it in place (LIRS's LIR set, S3-FIFO's small queue,
+        MQ's lifetime, ARC's target, SLRU's and W-TinyLFU's segments, the pool's shadows). A
+        policy whose size was not learned yet learns it at its next eviction; one with no sizes
+        (LRU, LRU-K, heat) ignores it, as this default does."""
 
     def evict(self) -> Key | None:
         """`victim(keep_nothing)`, then `on_remove` of it: what a simulated cache (the pool's

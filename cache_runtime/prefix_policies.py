@@ -87,6 +87,7 @@ class PrefixSLRU(EvictionPolicy):
             self._capacity = len(self._probation) + len(self._protected)
 
     def resize(self, entries: int) -> None:
+        """Protected's share of `entries`: its overflow goes back to probation at once."""
         if self._capacity is not None:
             self._capacity = entries
             self._rebalance()

@@ -269,9 +269,10 @@ class MQPolicy(EvictionPolicy):
         self._demote()
 
     def resize(self, entries: int) -> None:
-        """The lifetime for `entries`. Keys queued before keep the expiry the old one gave
-        them: where it shrank, for one old lifetime a queue's head can expire after keys behind
-        it, which are demoted with it, later than a check per access would."""
+        """The lifetime for `entries`. Keys queued before keep the expiry the old lifetime gave
+        them. Where it shrank, a queue's head can then expire later than keys behind it for one
+        old lifetime; those keys drop a queue when the head does (demotion reads heads only),
+        a little later than their own expiry."""
         if self._lifetime is not None:
             self._lifetime = max(1, int(entries * self._life))
 
@@ -429,11 +430,18 @@ class LIRSPolicy(EvictionPolicy):
         to HIR until it fits; where it grows, new keys enter as LIR until it is full, as while
         the cache first filled."""
         self._lir_limit = limit = max(1, entries - max(1, int(entries * self.hir_share)))
-        self._pinned = min(self._pinned, limit)
         while self._lirs > limit:
             self._demote_bottom()
+        # the room given up to kept keys stays given up, to be earned by reuse (`_earn_lir`):
+        # after a shrink the LIR keys and it may exceed the limit for a while. Capped at the room
+        # left instead (the limit less the LIR keys), it went to the next new keys as LIR keys
+        # left: on a tier whose mix of sizes does not change (5% or 2% of the keys 10-20 KB,
+        # the rest 100 B), twelve runs, LIRS alone 0.4170 against 0.4184, the pool 0.4127
+        # against 0.4153 (never told: 0.4171, 0.4132)
+        self._pinned = min(self._pinned, limit)
 
     def resize(self, entries: int) -> None:
+        """The LIR set's limit for `entries` (`_size_lir_set`)."""
         if self._lir_limit is not None:
             self._size_lir_set(entries)
 
