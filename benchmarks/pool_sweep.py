@@ -11,7 +11,9 @@ prints ONE JSON object, a summary per group:
 - `generated`: eight synthetic workloads of distinct kinds (`ARCHETYPES`, seeded), at all eight
   sizes: a static Zipf at two skews, a Zipf whose ranks move, one-hit wonders, scans, a loop
   beside a hot set, reuse at short stack distances, working sets in phases: between them MQ,
-  LIRS, S3-FIFO and LRU each lead somewhere; no setting was chosen on them.
+  LIRS, S3-FIFO and LRU each lead somewhere; no setting was chosen on them. A gain there can
+  be the luck of one draw: `--seed N` draws the same eight kinds again (a peers file of its
+  own: the file keeps one draw per trace name).
 
 The peers' figures do not depend on the pool's settings: `--peers FILE` keeps them (computed
 and written for each trace the file does not hold as it is now, read for the others), so that a
@@ -21,7 +23,7 @@ Cacheus, LHD) differ from run to run, by up to 0.018 on the generated workloads.
 docs/robustness.md.
 
 Usage: python benchmarks/pool_sweep.py [--shared DIR] [--pool '{"min_shadow": 256}']
-       [--peers FILE] [--cells]
+       [--peers FILE] [--cells] [--seed N]
 """
 
 from __future__ import annotations
@@ -138,14 +140,15 @@ class PeersError(ValueError):
     """A `--peers` file this script cannot use and will not overwrite."""
 
 
-def generated(name: str) -> AccessTrace:
-    """One archetype as a key-value trace (every access its own request)."""
-    keys = ARCHETYPES[name](np.random.default_rng([SEED, list(ARCHETYPES).index(name)]))
+def generated(name: str, seed: int = SEED) -> AccessTrace:
+    """One archetype as a key-value trace (every access its own request); `seed` draws it (the
+    shipped one unless `--seed` asks for another draw of the same kinds)."""
+    keys = ARCHETYPES[name](np.random.default_rng([seed, list(ARCHETYPES).index(name)]))
     keys = np.asarray(keys, dtype=np.int64)
     return AccessTrace(name, keys, np.arange(len(keys), dtype=np.int64))
 
 
-def load_traces(shared: Path) -> dict[str, tuple[str, AccessTrace]]:
+def load_traces(shared: Path, seed: int = SEED) -> dict[str, tuple[str, AccessTrace]]:
     """Trace name -> (shipped or generated, the trace). A shipped trace's cells fall in both
     `command` and `heldout`; a missing one is left out (and listed as skipped)."""
     out: dict[str, tuple[str, AccessTrace]] = {}
@@ -154,7 +157,7 @@ def load_traces(shared: Path) -> dict[str, tuple[str, AccessTrace]]:
         if path.is_file():
             out[path.name] = ("shipped", load_trace(path, fmt))
     for name in ARCHETYPES:
-        out[name] = ("generated", generated(name))
+        out[name] = ("generated", generated(name, seed))
     return out
 
 
@@ -270,6 +273,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pool", default="{}", help="PoolPolicy's settings as a JSON object")
     parser.add_argument("--peers", type=Path, help="the peers' figures, kept between runs")
     parser.add_argument("--cells", action="store_true", help="print every cell too")
+    parser.add_argument(
+        "--seed", type=int, default=SEED,
+        help=f"draw the generated workloads with this seed (default {SEED}, the figures' own)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         args.settings = json.loads(args.pool)
@@ -289,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(message, file=sys.stderr, flush=True)
 
     try:
-        traces = load_traces(args.shared)
+        traces = load_traces(args.shared, args.seed)
         peers = peers_of(args.peers, traces, say)
     except (TraceError, PeersError, OSError) as err:
         print(f"pool_sweep.py: {err}", file=sys.stderr)
@@ -309,6 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             groups[group_of(trace_group, size)].append(cell)
     out: Json = {
         "pool": args.settings,
+        "seed": args.seed,
         "groups": {g: summarise(cells) for g, cells in groups.items() if cells},
         "slowest_replay_per_s": round(min(rate for _, rate in replays.values())),
         "skipped": [r for r, _ in SHIPPED if not (args.shared / r).is_file()],

@@ -40,6 +40,18 @@ def test_each_workload_is_the_same_on_every_run(sweep: ModuleType) -> None:
         assert np.array_equal(first.request_starts, np.arange(sweep.ACCESSES))
 
 
+def test_another_seed_draws_each_workload_again(sweep: ModuleType) -> None:
+    """`--seed`: the same kinds, other keys; the shipped seed is the default."""
+    for name in sweep.ARCHETYPES:
+        shipped, other = sweep.generated(name), sweep.generated(name, seed=1)
+        assert np.array_equal(shipped.accesses, sweep.generated(name, sweep.SEED).accesses)
+        assert len(other.accesses) == sweep.ACCESSES, name
+        assert not np.array_equal(shipped.accesses, other.accesses), name
+        assert sweep.fingerprint(other) != sweep.fingerprint(shipped)  # kept peers do not fit
+    assert sweep.parse([]).seed == sweep.SEED
+    assert sweep.parse(["--seed", "2"]).seed == 2
+
+
 def test_the_workloads_favour_the_families_they_are_built_for(sweep: ModuleType) -> None:
     """At 10% of the unique keys: LRU beats LIRS where reuse is all recency, LIRS beats LRU on
     the loop, MQ beats LRU on the static Zipf, S3-FIFO beats LRU among one-hit wonders."""
@@ -157,6 +169,7 @@ def test_a_run_without_shared_data_sweeps_the_generated_cells_and_keeps_the_peer
     argv = ["--shared", str(tmp_path / "none"), "--peers", str(peers), "--cells"]
     assert sweep.main(argv) == 0
     first = orjson.loads(capsys.readouterr().out)
+    assert first["seed"] == sweep.SEED
     assert set(first["groups"]) == {"generated"}
     assert len(first["skipped"]) == len(sweep.SHIPPED)
     cells = first["cells"]["generated"]
