@@ -69,11 +69,9 @@ class WTinyLFUPolicy(EvictionPolicy):
         if key in self._window:
             self._window.move_to_back(key)
         elif self._probation.discard(key):
-            protected = self._protected
-            protected.add(key)
+            self._protected.add(key)
             if self._capacity:
-                while len(protected) > self._protected_size:  # its LRU goes back to probation
-                    self._probation.add(protected.pop_front())
+                self._rebalance()
         else:
             self._protected.move_to_back(key)
 
@@ -90,8 +88,13 @@ class WTinyLFUPolicy(EvictionPolicy):
         probation at once (a larger window drains through the contest, a victim at a time)."""
         if self._capacity:
             self._size_for(entries)
-            while len(self._protected) > self._protected_size:
-                self._probation.add(self._protected.pop_front())
+            self._rebalance()
+
+    def _rebalance(self) -> None:
+        """Protected's overflow back to probation, its LRU end first (as SLRU's)."""
+        protected, probation = self._protected, self._probation
+        while len(protected) > self._protected_size:
+            probation.add(protected.pop_front())
 
     def _size_for(self, entries: int) -> None:
         self._capacity = entries
