@@ -36,7 +36,8 @@ def node_cache(
     """The node's cache as this process sees it: memory (when `memory_bytes` > 0), the SSD tier
     under `<data_dir>/cache/ssd` (when `ssd_bytes` > 0) and, when `settings.redis_url` is set,
     the shared Redis tier (a Redis Cluster client when `settings.redis_cluster`). Every put
-    writes through to all of them.
+    writes through to all of them. The memory tier evicts by the pool `settings.policy`
+    describes (`PoolPolicy.from_settings`).
 
     Write-through rather than routing each item to its planned tier: a warm-up run in its own
     process (a Prefect worker) cannot place anything in a serving process's memory, so what
@@ -48,12 +49,13 @@ def node_cache(
     """
     from cache_runtime.heat import decay_params_path, tuned_half_life_s
     from cache_runtime.hybrid import HybridCache
+    from cache_runtime.pool import PoolPolicy
     from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
 
     tiers: list[Any] = []
     ssd_dir = Path(settings.data_dir) / "cache" / "ssd"
     if memory_bytes > 0:
-        tiers.append(MemoryTier(memory_bytes))
+        tiers.append(MemoryTier(memory_bytes, policy=PoolPolicy.from_settings(settings.policy)))
     if ssd_bytes > 0:
         # The SSD tier ranks by decayed access frequency: with the half-life `tune-decay` chose.
         half_life = tuned_half_life_s(decay_params_path(settings.data_dir))

@@ -4,6 +4,7 @@ test_pool_switch.py), and the candidates evict as their peers do."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -609,3 +610,31 @@ def test_settings_describe_the_default_pool_and_refuse_unknown_candidates() -> N
     assert PoolPolicy.from_settings(PolicySettings(pool=("lru", "lirs"))).pool == ("lru", "lirs")
     with pytest.raises(ValidationError, match="unknown candidates"):
         PolicySettings(pool=("lru", "belady"))
+
+
+def test_the_node_cache_evicts_by_the_pool_its_settings_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway and warm-up build their memory tier with `node_cache(node_settings(...))`:
+    `PREHEAT_POLICY__*` must reach it (it did not: every node ran the default pool)."""
+    from cache_runtime.node_cache import node_cache, node_settings
+
+    def memory_policy() -> EvictionPolicy:
+        cache = node_cache(node_settings(tmp_path, None), memory_bytes=1 << 20, ssd_bytes=0)
+        try:
+            (memory,) = cache.tiers
+            return memory.policy
+        finally:
+            cache.close()
+
+    monkeypatch.setenv("PREHEAT_POLICY__POOL", '["lru", "mq"]')
+    monkeypatch.setenv("PREHEAT_POLICY__SAMPLE_RATE", "0.25")
+    monkeypatch.setenv("PREHEAT_POLICY__HYSTERESIS", "0.01")
+    configured = memory_policy()
+    assert isinstance(configured, PoolPolicy)
+    assert configured.pool == ("lru", "mq") and configured.leader_name == "lru"
+    assert configured.sample_rate == 0.25 and configured.hysteresis == 0.01
+    for name in ("POOL", "SAMPLE_RATE", "HYSTERESIS"):
+        monkeypatch.delenv(f"PREHEAT_POLICY__{name}")
+    default = memory_policy()
+    assert isinstance(default, PoolPolicy) and default.pool == PoolPolicy().pool
