@@ -172,8 +172,9 @@ class RecordingDecoder(BatchDecoder):
 def test_a_quiet_tenant_decodes_alone_while_the_busy_one_stands_and_resumes(model: Any) -> None:
     # the flood has kept the model busy lately: a second of usage, which calm's few
     # milliseconds of steps cannot reach. Without it the order rested on five flood steps'
-    # time against four of calm's, measured on a shared machine: one run in about fifteen
-    # seated the flood for calm's last step ([5, 6, 7, 8, 10])
+    # time against four of calm's, measured on a loaded machine: two of twenty `make
+    # test-fast` runs failed, and the one whose output was kept had seated the flood for
+    # calm's last step ([5, 6, 7, 8, 10])
     usage = TenantUsage()
     usage.add("flood", 1.0)
     decoder = RecordingDecoder(model, eos=set(), rows=1, usage=usage)
