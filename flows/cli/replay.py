@@ -92,6 +92,7 @@ def replay_command(
             window_s=window, warmup=warmup == "on",
             target_precision=target_precision if target_precision != 0 else None,
             real_tiers=real_tiers, load=_positive_factor(load),
+            policy=settings.policy.model_dump(),  # the pool a node under these settings runs
         )  # fmt: skip
         loaded = load_trace(trace, format_name)
     except (ValueError, TraceError) as err:

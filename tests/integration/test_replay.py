@@ -176,11 +176,15 @@ def _replay_cli(trace: Path, cwd: Path, *extra: str) -> object:
     )  # fmt: skip
 
 
-def test_replay_cli_json_and_errors(mooncake_like: Path, tmp_path: Path) -> None:
+def test_replay_cli_json_and_errors(
+    mooncake_like: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PREHEAT_POLICY__POOL", '["lru", "mq"]')  # a node's settings: its pool
     done = _replay_cli(mooncake_like, tmp_path, "--warmup", "on", "--latency", "reference",
                        "--load", "2", "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = orjson.loads(done.stdout)
+    assert result["config"]["policy"]["pool"] == ["lru", "mq"]
     assert {"requests", "hit_ratio", "ttft_ms", "utilisation", "after_restart", "warmup",
             "restore_reference", "warmup_off", "recovered", "tiers", "load",
             "latency_model"} <= result.keys()  # fmt: skip
@@ -259,6 +263,7 @@ def test_replay_report_leads_with_the_table_and_logs_to_mlflow(
         f'data_dir = "{tmp_path / "data"}"\n'
         f'mlflow_uri = "sqlite:///{tmp_path / "mlflow.db"}"\n'
         f'mlflow_artifacts = "{tmp_path / "mlruns"}"\n'
+        '[policy]\npool = ["lirs", "lru"]\n'  # the node's pool, as a serving node reads it
     )
     done = _replay_cli(
         mooncake_like, tmp_path, "--warmup", "off", "--latency", "reference",
@@ -266,6 +271,7 @@ def test_replay_report_leads_with_the_table_and_logs_to_mlflow(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = orjson.loads(done.stdout)
+    assert result["config"]["policy"]["pool"] == ["lirs", "lru"]
     assert result["warmup"]["items"] == 0  # the printed arm is the one asked for
     page = (tmp_path / "report" / "replay.html").read_text()
     assert page.count("data:image/png;base64,") == 2 and "restore" not in result["report"]

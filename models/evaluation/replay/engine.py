@@ -29,9 +29,11 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from cache_runtime.keys import PrefixKey
 from cache_runtime.policies import Hint
+from cache_runtime.settings import PolicySettings
 from cache_runtime.traces import MOONCAKE_BLOCK_TOKENS, AccessTrace
 from models.evaluation.replay.demand import DemandModel
 from models.evaluation.replay.latency import ReplayLatency
@@ -86,6 +88,10 @@ class ReplayConfig:
     value_bytes: int = 64
     real_tiers: bool = False  # the real SSD and Redis tiers instead of `sim_tiers`'
     load: float = 1.0  # the trace's arrival rate x this (`scale_load`), recorded with the run
+    # the memory tier's pool, as `PolicySettings`' fields (empty: the default pool): what
+    # `[policy]` / `PREHEAT_POLICY__*` set for a serving node's (`node_cache`), so a replay
+    # under a configuration runs the node it describes. Plain values: recorded with the run
+    policy: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("memory", "ssd", "redis"):
@@ -105,6 +111,18 @@ class ReplayConfig:
             raise ValueError("retention_s must be positive seconds (or None: the default)")
         if not self.load > 0:
             raise ValueError("--load must be a positive factor")
+        self.policy_settings()  # unknown fields or candidates fail here, not at a restart
+
+    def policy_settings(self) -> PolicySettings:
+        """`policy` as the settings `PoolPolicy.from_settings` takes; a `ValueError` in one
+        line where they are not (as the CLI's errors are)."""
+        try:
+            return PolicySettings(**self.policy)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
+            )
+            raise ValueError(f"policy: {problems}") from None
 
     @property
     def retention(self) -> float:
@@ -182,7 +200,7 @@ def _node(config: ReplayConfig, prepared: PreparedTrace, redis_url: str | None) 
     real_redis = redis_url if config.redis > 0 and config.real_tiers else None
     return Node(
         memory_blocks, ssd_blocks, TraceClock(), real_redis, config.value_bytes,
-        fast_redis_blocks=shared,
+        fast_redis_blocks=shared, policy=config.policy_settings(),
     )  # fmt: skip
 
 

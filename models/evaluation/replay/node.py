@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from cache_runtime.hybrid import HybridCache
+from cache_runtime.pool import PoolPolicy
+from cache_runtime.settings import PolicySettings
 from cache_runtime.tiers.memory import MemoryTier
 from cache_runtime.tiers.ssd import SSDTier
 from models.evaluation.replay.sim_tiers import SimRedisTier, SimSSDTier
@@ -55,10 +57,13 @@ class Node:
         value_bytes: int = 64,
         workdir: Path | None = None,
         fast_redis_blocks: int | None = None,
+        policy: PolicySettings | None = None,
     ) -> None:
         """`fast_redis_blocks`: None for the real tiers (and a Redis at `redis_url` when one is
         given); else the fast replay's tiers, with a simulated shared tier of that many blocks
-        (0: none)."""
+        (0: none). `policy`: the memory tier's pool (None: the default), a new one for each
+        incarnation, as a restarted node starts its own."""
+        self.policy = policy or PolicySettings()
         self.memory_blocks, self.ssd_blocks = memory_blocks, ssd_blocks
         self.clock, self.redis_url, self.value_bytes = clock, redis_url, value_bytes
         self.fast = fast_redis_blocks is not None
@@ -87,7 +92,10 @@ class Node:
     def _build(self) -> HybridCache:
         tiers: list[Any] = []
         if self.memory_blocks > 0:
-            tiers.append(MemoryTier(self.memory_blocks * self.value_bytes, clock=self.clock))
+            pool = PoolPolicy.from_settings(self.policy)
+            tiers.append(
+                MemoryTier(self.memory_blocks * self.value_bytes, policy=pool, clock=self.clock)
+            )
         if self.ssd_blocks > 0 and self.fast:
             tiers.append(SimSSDTier(self.ssd_blocks * self.value_bytes, clock=self.clock))
         elif self.ssd_blocks > 0:
