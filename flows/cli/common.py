@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 import typer
+from pydantic_settings import SettingsError
 from rich.console import Console
 
 from cache_runtime.settings import Settings, load_settings
@@ -43,11 +46,41 @@ def settings_from(config: Path | None, data_dir: Path | None) -> Settings:
         settings = load_settings(config, **({"data_dir": data_dir} if data_dir else {}))
     except FileNotFoundError as err:
         raise CliError(str(err)) from None
+    except SettingsError as err:  # an environment value that is not JSON where JSON is due
+        raise CliError(f"invalid settings: {err}{_unparsed_environment(str(err))}") from None
     except ValueError as err:  # pydantic's ValidationError is a ValueError
         first = str(err).splitlines()
         raise CliError(f"invalid settings: {' '.join(first[:3])}") from None
     configure_runtime_env(settings)
     return settings
+
+
+def _unparsed_environment(message: str) -> str:
+    """Which `PREHEAT_` variables pydantic-settings could not parse, for its message that names
+    only the field (`error parsing value for field "policy" ...`): a list or table field set
+    in the environment is JSON (`PREHEAT_POLICY__POOL='["lru", "mq"]'`)."""
+    field = re.search(r'field "(\w+)"', message)
+    if field is None:
+        return ""
+    prefix = f"PREHEAT_{field.group(1).upper()}"
+    names = sorted(
+        name
+        for name, value in os.environ.items()
+        if name.upper() == prefix or name.upper().startswith(prefix + "__")
+        if not _is_json(value)
+    )
+    if not names:
+        return ""
+    example = 'PREHEAT_POLICY__POOL=\'["lru", "mq"]\''
+    return f" ({', '.join(names)}: lists and tables set in the environment are JSON, as {example})"
+
+
+def _is_json(text: str) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def write_json(result: dict[str, Any]) -> None:

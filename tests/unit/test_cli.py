@@ -75,6 +75,16 @@ def test_bad_settings_file_is_one_line(tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1 and "invalid settings" in done.stderr
 
 
+def test_a_setting_in_the_environment_that_is_not_json_is_named_in_one_line(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "x.jsonl").write_text("{}\n")
+    done = invoke_cli("ingest", "x.jsonl", cwd=tmp_path, env={"PREHEAT_POLICY__POOL": "lru,mq"})
+    assert_one_line_exit_2(done, "PREHEAT_POLICY__POOL: lists and tables set in the environment")
+    fine = invoke_cli("ingest", "x.jsonl", cwd=tmp_path, env={"PREHEAT_POLICY__POOL": '["lru"]'})
+    assert "invalid settings" not in fine.stderr
+
+
 @pytest.mark.slow
 def test_features_command_prints_rows_per_scale(small_log: Path, tmp_path: Path) -> None:
     assert run_cli("ingest", str(small_log), cwd=tmp_path).returncode == 0
