@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -57,8 +58,8 @@ def settings_from(config: Path | None, data_dir: Path | None) -> Settings:
 
 def _unparsed_environment(message: str) -> str:
     """Which `PREHEAT_` variables pydantic-settings could not parse, for its message that names
-    only the field (`error parsing value for field "policy" ...`): a list or table field set
-    in the environment is JSON (`PREHEAT_POLICY__POOL='["lru", "mq"]'`)."""
+    only the field (`error parsing value for field "policy" ...`): a variable that sets a list
+    or a table (`PREHEAT_POLICY__POOL`, `PREHEAT_SERVE`) is JSON, and these are not."""
     field = re.search(r'field "(\w+)"', message)
     if field is None:
         return ""
@@ -67,12 +68,32 @@ def _unparsed_environment(message: str) -> str:
         name
         for name, value in os.environ.items()
         if name.upper() == prefix or name.upper().startswith(prefix + "__")
-        if not _is_json(value)
+        if _sets_a_collection(name.upper().removeprefix("PREHEAT_").split("__"))
+        and not _is_json(value)
     )
     if not names:
         return ""
     example = 'PREHEAT_POLICY__POOL=\'["lru", "mq"]\''
     return f" ({', '.join(names)}: lists and tables set in the environment are JSON, as {example})"
+
+
+def _sets_a_collection(path: list[str]) -> bool:
+    """Whether the settings field at `path` (upper-case names, nested tables first) is a list,
+    a tuple or a table, which pydantic-settings reads from the environment as JSON."""
+    model: Any = Settings
+    annotation: Any = None
+    for part in path:
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(fields, dict):
+            return False
+        name = next((n for n in fields if n.upper() == part), None)
+        if name is None:
+            return False
+        annotation = model = fields[name].annotation
+    origin = typing.get_origin(annotation) or annotation
+    return isinstance(origin, type) and (
+        issubclass(origin, (list, tuple, dict, set)) or hasattr(origin, "model_fields")
+    )
 
 
 def _is_json(text: str) -> bool:

@@ -81,6 +81,9 @@ def test_a_setting_in_the_environment_that_is_not_json_is_named_in_one_line(
     (tmp_path / "x.jsonl").write_text("{}\n")
     done = invoke_cli("ingest", "x.jsonl", cwd=tmp_path, env={"PREHEAT_POLICY__POOL": "lru,mq"})
     assert_one_line_exit_2(done, "PREHEAT_POLICY__POOL: lists and tables set in the environment")
+    table = {"PREHEAT_SERVE": "port=1", "PREHEAT_SERVE__HOST": "127.0.0.1"}  # a string: no JSON
+    done = invoke_cli("ingest", "x.jsonl", cwd=tmp_path, env=table)
+    assert_one_line_exit_2(done, "(PREHEAT_SERVE: lists and tables")
     fine = invoke_cli("ingest", "x.jsonl", cwd=tmp_path, env={"PREHEAT_POLICY__POOL": '["lru"]'})
     assert "invalid settings" not in fine.stderr
 
