@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import typing
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 import typer
-from pydantic_settings import SettingsError
+from pydantic_settings import EnvSettingsSource, SettingsError
 from rich.console import Console
 
 from cache_runtime.settings import Settings, load_settings
@@ -78,10 +77,11 @@ def _unparsed_environment(message: str) -> str:
 
 
 def _sets_a_collection(path: list[str]) -> bool:
-    """Whether the settings field at `path` (upper-case names, nested tables first) is a list,
-    a tuple or a table, which pydantic-settings reads from the environment as JSON."""
+    """Whether the settings field at `path` (upper-case names, nested tables first) is one
+    pydantic-settings reads from the environment as JSON (its own `field_is_complex`)."""
+    source = EnvSettingsSource(Settings)
     model: Any = Settings
-    annotation: Any = None
+    field = None
     for part in path:
         fields = getattr(model, "model_fields", None)
         if not isinstance(fields, dict):
@@ -89,11 +89,9 @@ def _sets_a_collection(path: list[str]) -> bool:
         name = next((n for n in fields if n.upper() == part), None)
         if name is None:
             return False
-        annotation = model = fields[name].annotation
-    origin = typing.get_origin(annotation) or annotation
-    return isinstance(origin, type) and (
-        issubclass(origin, (list, tuple, dict, set)) or hasattr(origin, "model_fields")
-    )
+        field = fields[name]
+        model = field.annotation
+    return field is not None and source.field_is_complex(field)
 
 
 def _is_json(text: str) -> bool:
