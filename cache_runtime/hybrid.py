@@ -350,6 +350,13 @@ class HybridCache:
         tenant. Returns how many of the cooled entries were cached."""
         return self.cool(self.sessions.end(tenant, session))
 
+    def end_idle_sessions(self) -> int:
+        """The idle end (`sessions.idle_ended`): cools the entries only a conversation idle for
+        the tracker's timeout read, before a request can evict by them. Returns how many of
+        them were cached."""
+        ended = self.sessions.idle_ended()
+        return self.cool(ended) if ended else 0
+
     # -- housekeeping --------------------------------------------------------------------------
 
     def health(self) -> dict[str, str]:

@@ -32,12 +32,14 @@ def node_cache(
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ssd_bytes: int = DEFAULT_SSD_BYTES,
     redis_namespace: str = "preheat",
+    session_idle_end_s: float | None = None,
 ) -> HybridCache:
     """The node's cache as this process sees it: memory (when `memory_bytes` > 0), the SSD tier
     under `<data_dir>/cache/ssd` (when `ssd_bytes` > 0) and, when `settings.redis_url` is set,
     the shared Redis tier (a Redis Cluster client when `settings.redis_cluster`). Every put
     writes through to all of them. The memory tier evicts by the pool `settings.policy`
-    describes (`PoolPolicy.from_settings`).
+    describes (`PoolPolicy.from_settings`). `session_idle_end_s`: a conversation not followed
+    within it is ended (`TenantSessionPages`); None: only when the application says so.
 
     Write-through rather than routing each item to its planned tier: a warm-up run in its own
     process (a Prefect worker) cannot place anything in a serving process's memory, so what
@@ -50,6 +52,7 @@ def node_cache(
     from cache_runtime.heat import decay_params_path, tuned_half_life_s
     from cache_runtime.hybrid import HybridCache
     from cache_runtime.pool import PoolPolicy
+    from cache_runtime.sessions import TenantSessionPages
     from cache_runtime.tiers import MemoryTier, RedisTier, SSDTier, redis_client
 
     tiers: list[Any] = []
@@ -65,4 +68,4 @@ def node_cache(
         tiers.append(RedisTier(client, namespace=redis_namespace))
     if not tiers:
         raise ValueError("no cache tier: give memory or SSD bytes, or a Redis URL")
-    return HybridCache(tiers)
+    return HybridCache(tiers, sessions=TenantSessionPages(idle_end_s=session_idle_end_s))

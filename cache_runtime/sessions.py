@@ -13,6 +13,12 @@ conversation's own new blocks) to 0.328, with LRU at 0.260 and Belady at 0.506. 
 page it read gave 0.365 on that trace, but cools shared prompts on every end: rejected, as a bet
 on one trace in which shared prompts are rare.
 
+An application that never says a conversation ended leaves its pages warm for good. The idle end
+(`idle_end_s`) says it for any conversation not followed within the timeout, as `bench cache`'s
+`idle_end` column measures: a conversation that then resumes goes on as usual (its next turn is
+still a follow-up, and the pages it reads again are its own again), so a premature end costs only
+the cooling, which the memory tier's pool follows only as far as its shadows show it helps.
+
 Cooling is a hint, never a correctness matter (a cooled page is still served until evicted), so
 the tracker is bounded (see `SessionPages`) and what it forgets costs only the hint. A cache
 shared by tenants keeps one tracker per tenant (`TenantSessionPages`): a cache key never
@@ -23,6 +29,7 @@ push out another's records.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
@@ -40,18 +47,29 @@ class SessionPages(Generic[Key]):
     active dropped first (a conversation that never ends: its pages are then never cooled).
     A dropped page read again starts afresh, owned by its next reader: it had not been read by
     anyone for longer than `max_pages` other pages, so cooling it then costs little. About 250
-    bytes a page record with 100-character keys: 50 MB at the default."""
+    bytes a page record with 100-character keys: 50 MB at the default.
 
-    def __init__(self, max_pages: int = 200_000, max_sessions: int = 50_000) -> None:
+    `idle(timeout_s)` is the idle end (module docstring): `clock` times each session's last
+    read (tests pass a fake one)."""
+
+    def __init__(
+        self,
+        max_pages: int = 200_000,
+        max_sessions: int = 50_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_pages <= 0 or max_sessions <= 0:
             raise ValueError("max_pages and max_sessions must be positive")
         self.max_pages = max_pages
         self.max_sessions = max_sessions
+        self._clock = clock
         # key -> its only reader so far, or _SHARED; least recently read first
         self._owner: OrderedDict[Key, object] = OrderedDict()
         # live session -> the keys it was the first to read (and still has a record of), in
         # that order; least recently active session first
         self._first_read: OrderedDict[Hashable, dict[Key, None]] = OrderedDict()
+        # live session -> when it last read, for those not idle-ended since; oldest first
+        self._last_read: OrderedDict[Hashable, float] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(self, session: Hashable, keys: Iterable[Key]) -> None:
@@ -60,9 +78,11 @@ class SessionPages(Generic[Key]):
             if first is None:
                 first = self._first_read[session] = {}
                 if len(self._first_read) > self.max_sessions:
-                    self._first_read.popitem(last=False)  # never ended: its pages stay warm
+                    self._forget_oldest_session()  # never ended: its pages stay warm
             else:
                 self._first_read.move_to_end(session)
+            self._last_read[session] = self._clock()
+            self._last_read.move_to_end(session)
             owner = self._owner
             for key in keys:
                 current = owner.get(key)
@@ -71,7 +91,9 @@ class SessionPages(Generic[Key]):
                     first[key] = None
                     continue
                 owner.move_to_end(key)
-                if current is not _SHARED and current != session:
+                if current == session:
+                    first[key] = None  # its own again after an idle end (kept in place if listed)
+                elif current is not _SHARED:
                     owner[key] = _SHARED
             self._trim()
 
@@ -95,10 +117,29 @@ class SessionPages(Generic[Key]):
     def end(self, session: Hashable) -> list[Key]:
         """The entries no other session has read, in the order `session` first read them.
         Their records stay (a session that reads one later makes it shared): a page read
-        by one conversation after another ended is shared, not private to the later one."""
+        by one conversation after another ended is shared, not private to the later one. The
+        same session reading them again (it resumed) makes them its own again."""
         with self._lock:
             first = self._first_read.pop(session, {})
+            self._last_read.pop(session, None)
             return [key for key in first if self._owner.get(key) == session]
+
+    def idle(self, timeout_s: float) -> list[Key]:
+        """The idle end: for every session whose last read was `timeout_s` or more ago and that
+        has read nothing since its last idle end, the entries no other session has read, as
+        `end` gives them. Unlike `end` the sessions stay live: one that resumes is a follow-up,
+        and its next idle end comes `timeout_s` after its next read."""
+        with self._lock:
+            due, ended = self._clock() - timeout_s, []
+            while self._last_read:
+                session, last = next(iter(self._last_read.items()))
+                if last > due:
+                    break
+                del self._last_read[session]
+                first = self._first_read.get(session, {})
+                ended.extend(key for key in first if self._owner.get(key) == session)
+                first.clear()
+            return ended
 
     def _trim(self) -> None:
         """Drop the least recently read records beyond `max_pages` (lock held)."""
@@ -112,13 +153,18 @@ class SessionPages(Generic[Key]):
             if reader is not _SHARED:
                 self._first_read.get(reader, {}).pop(dropped, None)
 
+    def _forget_oldest_session(self) -> None:
+        """Drop the least recently active live session (lock held)."""
+        session, _ = self._first_read.popitem(last=False)
+        self._last_read.pop(session, None)
+
     def drop_oldest(self, pages: int = 0, sessions: int = 0) -> None:
         """Forget the `pages` least recently read records and the `sessions` least recently
         active sessions (a caller sharing one budget among trackers: `TenantSessionPages`)."""
         with self._lock:
             self._drop_pages(pages)
             for _ in range(min(sessions, len(self._first_read))):
-                self._first_read.popitem(last=False)
+                self._forget_oldest_session()
 
     def sizes(self) -> tuple[int, int]:
         """(page records, live sessions): what counts against the bounds."""
@@ -141,15 +187,27 @@ class TenantSessionPages:
 
     Each trim frees up to `_SLACK` of the budget beyond the excess (never out of a tenant's fair
     share), so the search for the largest tenants runs about once per that many reads, not on
-    every read of a full tracker."""
+    every read of a full tracker.
+
+    `idle_end_s`: the timeout of `idle_ended` (None: conversations end only when told)."""
 
     _SLACK = 0.01
 
-    def __init__(self, max_pages: int = 200_000, max_sessions: int = 50_000) -> None:
+    def __init__(
+        self,
+        max_pages: int = 200_000,
+        max_sessions: int = 50_000,
+        idle_end_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_pages <= 0 or max_sessions <= 0:
             raise ValueError("max_pages and max_sessions must be positive")
+        if idle_end_s is not None and idle_end_s <= 0:
+            raise ValueError(f"idle_end_s must be positive or None, got {idle_end_s}")
         self.max_pages = max_pages
         self.max_sessions = max_sessions
+        self.idle_end_s = idle_end_s
+        self._clock = clock
         self._tenants: dict[str, SessionPages[str]] = {}
         self._pages = self._sessions = 0  # totals over the tenants, as of their last change
         self._lock = threading.Lock()
@@ -174,6 +232,18 @@ class TenantSessionPages:
         self._change(tenant, lambda pages: ended.extend(pages.end(session)), create=False)
         return ended
 
+    def idle_ended(self) -> list[str]:
+        """The entries the idle end cools now, over every tenant (`SessionPages.idle`); none
+        without `idle_end_s`. Sessions stay live, so no bound moves."""
+        if self.idle_end_s is None:
+            return []
+        with self._lock:
+            trackers = list(self._tenants.values())
+        ended: list[str] = []
+        for pages in trackers:
+            ended.extend(pages.idle(self.idle_end_s))
+        return ended
+
     def stats(self) -> dict[str, int]:
         """Tenants, live sessions, page records, and keys listed under the live sessions."""
         with self._lock:
@@ -195,7 +265,8 @@ class TenantSessionPages:
                 if not create:
                     return
                 # each tracker may hold the whole budget: the shared trim below bounds them all
-                pages = self._tenants[tenant] = SessionPages(self.max_pages, self.max_sessions)
+                pages = SessionPages(self.max_pages, self.max_sessions, self._clock)
+                self._tenants[tenant] = pages
             before = pages.sizes()
             try:
                 change(pages)

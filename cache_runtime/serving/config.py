@@ -75,6 +75,9 @@ class GatewayConfig(BaseSettings):
             device, 1 on a CPU and 32 on a GPU: `models.llm.batch_decoder`).
         max_embedding_inputs / max_embedding_input_chars: per embeddings request, and per input
             (besides the encoder's own limit of 256 word pieces): 400 beyond, never a cut.
+        session_idle_end_s: a conversation (`x-preheat-session`) with no request for this long
+            is ended as `/v1/sessions/end` would end it, and goes on as a follow-up if it
+            resumes (`cache_runtime.sessions`); 0: only the application's call ends one.
     """
 
     model_config = SettingsConfigDict(env_prefix="PREHEAT_GATEWAY_", extra="forbid")
@@ -127,6 +130,7 @@ class GatewayConfig(BaseSettings):
     decode_rows: int | None = Field(default=None, ge=1)
     max_embedding_inputs: int = Field(default=256, ge=1, le=2048)
     max_embedding_input_chars: int = Field(default=8192, ge=1)
+    session_idle_end_s: float = Field(default=300.0, ge=0)
 
     @model_validator(mode="after")
     def _backend_complete(self) -> GatewayConfig:

@@ -237,6 +237,9 @@ class HFBackend:
         import torch
 
         tenant = request.tenant
+        if cache is not None:
+            # idle ends due before this request come first, as `bench cache` places them
+            cache.end_idle_sessions()
         keys = page_keys(tenant, self.model_id, tokens)
         present = cache.longest_prefix(keys) if cache is not None else 0
         if present == len(keys) and not need_logits:

@@ -67,7 +67,10 @@ def open_cache(config: GatewayConfig) -> HybridCache:
     from cache_runtime.node_cache import node_cache, node_settings
 
     settings = node_settings(config.data_dir, config.redis_url)
-    return node_cache(settings, config.memory_bytes, config.ssd_bytes, config.redis_namespace)
+    return node_cache(
+        settings, config.memory_bytes, config.ssd_bytes, config.redis_namespace,
+        session_idle_end_s=config.session_idle_end_s or None,
+    )  # fmt: skip
 
 
 def open_producer(config: GatewayConfig) -> RequestLogProducer | None:

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import FakeClock
 
 from cache_runtime.hybrid import HybridCache
-from cache_runtime.kv_pages import PAGE_TOKENS, load_prefix
+from cache_runtime.kv_pages import PAGE_TOKENS, load_prefix, page_keys
+from cache_runtime.sessions import TenantSessionPages
 from cache_runtime.tiers import MemoryTier, RedisTier, redis_client
 from models.llm.backends import (
     BackendError,
@@ -141,6 +143,43 @@ def test_store_response_is_served_by_exact_key_for_that_tenant_only(
     # Greedy: warming again gives the same response, now from the cached prefix.
     again = backend.warm_prefix("acme", prompt, memory_cache, store_response=True)
     assert again.response == result.response and again.cached_tokens > 0
+
+
+def test_a_conversation_idle_past_the_timeout_is_ended_at_the_next_request(
+    backend: HFBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's idle end: a served request first ends the conversations idle for the
+    timeout (their own pages cooled in the memory tier); one that resumes is a follow-up."""
+    clock = FakeClock()
+    sessions = TenantSessionPages(idle_end_s=300.0, clock=clock)
+    cache = HybridCache([MemoryTier(64 << 20)], sessions=sessions)
+    cooled: list[list[str]] = []
+    memory = cache.tiers[0]
+    real_cool = memory.cool
+    monkeypatch.setattr(memory, "cool", lambda keys: cooled.append(list(keys)) or real_cool(keys))
+    prompts = {name: prompt_of(backend, 3 * PAGE_TOKENS + 5, name) for name in ("a", "b", "c")}
+    pages = {
+        name: [
+            key.to_string() for key in page_keys("acme", backend.model_id, backend.encode(p))[:3]
+        ]
+        for name, p in prompts.items()
+    }
+    try:
+        backend.complete(prompts["a"], 1, cache=cache, tenant="acme", session="chat-a")
+        clock.now += 299.0
+        backend.complete(prompts["b"], 1, cache=cache, tenant="acme", session="chat-b")
+        assert cooled == []  # chat-a was idle 299 s
+        clock.now += 1.0
+        backend.complete(prompts["c"], 1, cache=cache, tenant="acme")  # no session
+        assert cooled == [pages["a"]]
+        assert sessions.live("acme", "chat-a")  # resuming, it is a follow-up turn
+        clock.now += 300.0
+        backend.complete(
+            prompts["a"] + " And more?", 1, cache=cache, tenant="acme", session="chat-a"
+        )
+        assert cooled[1] == pages["b"]  # chat-b's end came first; chat-a read again just now
+    finally:
+        cache.close()
 
 
 def test_model_id_follows_the_weights_not_the_path(tiny_dir: Path, tmp_path: Path) -> None:

@@ -161,9 +161,9 @@ def test_an_idle_timeout_ends_a_conversation_that_then_resumes() -> None:
     hints = app_hints(TIMED, found, ended)
     first_end = int(TIMED.request_starts[3]) - 1
     assert sorted(hints.cool_after[first_end]) == [1, 2, 3, 4, 5, 50, 51, 52, 90, 91, 92]
-    # turn 2 read 1..5 again after the premature end: read after an end, they count as shared
-    # (`SessionPages.end`), so the next end cools only what turn 2 read first, and the one-off's
-    assert hints.cool_after[len(TIMED.accesses) - 1] == [6, 93, 70, 71, 94]
+    # turn 2 read 1..5 again after the premature end: read by no other conversation, they are
+    # its own again (it goes on as usual), so its next end cools them too, then the one-off's
+    assert hints.cool_after[len(TIMED.accesses) - 1] == [1, 2, 3, 4, 5, 6, 93, 70, 71, 94]
 
 
 def test_timed_ends_need_the_traces_times_and_a_wait_not_below_zero() -> None:

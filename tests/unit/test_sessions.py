@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -222,3 +223,89 @@ def test_concurrent_tenants_keep_the_totals_exact() -> None:
     stats = tracker.stats()
     assert 0 < stats["pages"] <= 500 and 0 < stats["sessions"] <= 40
     assert (tracker._pages, tracker._sessions) == (stats["pages"], stats["sessions"])
+
+
+# -- the idle end ---------------------------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_idle_session_is_ended_for_its_own_pages_and_goes_on_as_a_follow_up() -> None:
+    clock = _Clock()
+    pages: SessionPages[str] = SessionPages(clock=clock)
+    pages.read("a", ["system", "a-1"])
+    clock.now = 100.0
+    pages.read("b", ["system", "b-1"])
+    clock.now = 299.0
+    assert pages.idle(300.0) == []  # a read 299 s ago: not yet
+    clock.now = 300.0
+    assert pages.idle(300.0) == ["a-1"]  # the shared system prompt stays warm
+    assert pages.idle(300.0) == []  # ended once, not at every look
+    assert pages.live("a")  # if it resumes, its next turn is a follow-up
+    pages.read("a", ["system", "a-1", "a-2"])  # it resumes: its history is its own again
+    clock.now = 400.0
+    assert pages.idle(300.0) == ["b-1"]
+    clock.now = 600.0
+    assert pages.idle(300.0) == ["a-1", "a-2"]
+    assert pages.end("a") == [] and not pages.live("a")  # cooled already
+
+
+def test_a_session_pushed_out_by_the_bound_is_not_idle_ended() -> None:
+    clock = _Clock()
+    pages: SessionPages[str] = SessionPages(max_sessions=2, clock=clock)
+    for name in ("s1", "s2", "s3"):
+        pages.read(name, [f"{name}-page"])
+    clock.now = 10.0
+    assert pages.idle(5.0) == ["s2-page", "s3-page"]  # s1 was forgotten: its pages stay warm
+    pages.drop_oldest(sessions=2)
+    clock.now = 20.0
+    assert pages.idle(5.0) == [] and pages.stats()["sessions"] == 0
+
+
+def test_the_idle_end_covers_every_tenant_only_when_it_has_a_timeout() -> None:
+    clock = _Clock()
+    never = TenantSessionPages(clock=clock)
+    never.read("acme", "chat", ["acme-page"])
+    clock.now = 1e9
+    assert never.idle_ended() == []  # no timeout: ended only when told
+    tracker = TenantSessionPages(idle_end_s=60.0, clock=clock)
+    tracker.read("acme", "chat", ["acme-page"])
+    tracker.read("globex", "chat", ["globex-page"])  # the same id, another tenant
+    clock.now += 30.0
+    tracker.read("globex", "chat", ["globex-page-2"])
+    clock.now += 30.0
+    assert tracker.idle_ended() == ["acme-page"]
+    clock.now += 30.0
+    assert tracker.idle_ended() == ["globex-page", "globex-page-2"]
+    assert tracker.live("acme", "chat") and tracker.live("globex", "chat")
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match="idle_end_s"):
+            TenantSessionPages(idle_end_s=bad)
+
+
+def test_the_gateways_cache_ends_idle_conversations_as_its_config_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`preheat gateway` builds its cache with `assembly.open_cache`: 300 s by default,
+    `PREHEAT_GATEWAY_SESSION_IDLE_END_S` otherwise, 0 for never."""
+    from cache_runtime.serving.config import GatewayConfig
+    from models.serving.assembly import open_cache
+
+    def idle_end_s() -> float | None:
+        cache = open_cache(GatewayConfig(data_dir=tmp_path, ssd_bytes=0, memory_bytes=1 << 20))
+        try:
+            return cache.sessions.idle_end_s
+        finally:
+            cache.close()
+
+    assert idle_end_s() == 300.0
+    monkeypatch.setenv("PREHEAT_GATEWAY_SESSION_IDLE_END_S", "45")
+    assert idle_end_s() == 45.0
+    monkeypatch.setenv("PREHEAT_GATEWAY_SESSION_IDLE_END_S", "0")
+    assert idle_end_s() is None

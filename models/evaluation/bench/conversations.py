@@ -11,7 +11,8 @@ When "conversation ended" comes is what separates a hint an application has from
 it was the last: an upper bound); an explicit close comes after that last answer plus the time
 the user reads it; an idle timeout fires after any turn not followed within the timeout, so it
 may end a conversation that then resumes (which goes on as usual: its next turn is still a
-follow-up). Ends fire between requests: after the last request that started before them.
+follow-up, and the pages it reads again are its own again). Ends fire between requests: after
+the last request that started before them.
 
 What "ended" cools is chosen by the cache's own `SessionPages`, as a gateway would use it: the
 blocks no other conversation has read so far.
