@@ -184,6 +184,9 @@ def hotset_window(path: Path, window: float, seed: int) -> Json:
         "ratio_to_better_frequency_baseline": round(recall["preheat"] / better, 4)
         if better
         else None,
+        "planner_ratio_to_better_frequency_baseline": round(recall["planner"] / better, 4)
+        if better
+        else None,
     }
 
 

@@ -17,7 +17,9 @@ from pandera.typing import Series
 from data_contracts.dtypes import STRING_KW
 
 WARMUP_KINDS: tuple[str, ...] = ("kv_prefix", "response", "embedding")
-WARMUP_SOURCES: tuple[str, ...] = ("forecast", "heat", "recency_frequency")  # best informed first
+# best informed first: the hot-set combination (its shares of the forecast's or the heat's
+# volume), the forecast alone, then the fallbacks
+WARMUP_SOURCES: tuple[str, ...] = ("hotset", "forecast", "heat", "recency_frequency")
 TIERS: tuple[str, ...] = ("memory", "ssd", "redis")  # fastest first
 
 _TENANT = {"min_value": 1, "max_value": 64}

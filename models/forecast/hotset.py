@@ -84,6 +84,50 @@ class KeyWindows:
         dropped = int(len(keep) - keep.sum())
         return cls(times[keep], codes, window, uniques, starts, counts, float(window_s), dropped)
 
+    @classmethod
+    def from_counts(
+        cls,
+        window: np.ndarray,
+        keys: np.ndarray,
+        counts: np.ndarray,
+        window_s: float,
+        start_s: float,
+        n_windows: int,
+    ) -> KeyWindows:
+        """Windows from per-(window, key) request counts, such as the lake's demand series at
+        one granularity: each request is placed mid-window (what the counts do not say). Windows
+        without a count are empty, so `n_windows` may run past the last count: the planner's
+        next window, scored from the ones before it.
+
+        Raises:
+            ValueError: mismatched input, a window outside [0, n_windows) or a count below 1.
+        """
+        window = np.asarray(window, dtype=np.int64)
+        counts = np.asarray(counts)
+        keys = np.asarray(keys)
+        if not (window.ndim == 1 and keys.shape == window.shape == counts.shape):
+            raise ValueError("window, keys and counts must be 1-D arrays of the same length")
+        if not window_s > 0 or not np.isfinite(window_s) or n_windows < 1:
+            raise ValueError("window_s must be positive and n_windows at least 1")
+        if len(window) and (window.min() < 0 or window.max() >= n_windows):
+            raise ValueError(f"every window must be in [0, {n_windows})")
+        if len(counts) and not (np.all(counts >= 1) and np.all(counts == np.floor(counts))):
+            raise ValueError("counts must be whole numbers of requests, at least 1")
+        repeats = counts.astype(np.int64)
+        order = np.argsort(window, kind="stable")
+        window, keys, repeats = window[order], keys[order], repeats[order]
+        codes, uniques = _factorize(keys)
+        per_request = np.repeat(window, repeats)  # (N,) ascending: sorted by time
+        times = start_s + window_s * (per_request + 0.5)
+        matrix = sparse.csr_array(
+            (repeats, (window, codes)), shape=(n_windows, len(uniques))
+        )  # one entry per (window, key) row; duplicates summed
+        starts = start_s + window_s * np.arange(n_windows, dtype=np.float64)
+        return cls(
+            times, np.repeat(codes, repeats), per_request, uniques, starts, matrix,
+            float(window_s), 0,
+        )  # fmt: skip
+
     @property
     def n_windows(self) -> int:
         return int(self.counts.shape[0])

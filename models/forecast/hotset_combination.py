@@ -52,13 +52,15 @@ import numpy as np
 
 from models.forecast.combination import AdaHedge, check_losses
 from models.forecast.hotset import HotsetScorer, KeyWindows, LastWindow, top_k
-from models.forecast.hotset_models import default_candidates
 
 HOTSET_SHARE = 0.05  # a few dozen windows, not thousands of origins: switch sooner
 
 
 def hotset_experts(k: int, seed: int = 0) -> dict[str, Callable[[], HotsetScorer]]:
-    """Last window first, then `hotset_models.default_candidates`."""
+    """Last window first, then `hotset_models.default_candidates` (imported here: the learned
+    experts bring Lightning, which the warm-up planner's combination does without)."""
+    from models.forecast.hotset_models import default_candidates
+
     return {"last_window": LastWindow, **default_candidates(k, seed)}
 
 

@@ -115,7 +115,7 @@ def champion_forecast(config: GatewayConfig) -> ForecastLoader:
 
         if not (data_dir / "features").is_dir() or missing_sqlite_store(uri):
             return None
-        forecast, _, _ = load_forecast(data_dir, uri, "3min")  # (the champion's own wins)
+        forecast, _, _, _ = load_forecast(data_dir, uri, "3min")  # (the champion's own wins)
         if forecast is None or forecast.empty:
             return None
         return forecast, float(GRANULARITIES[str(forecast["granularity"].iloc[0])])

@@ -10,9 +10,13 @@ Per demand key (`models.features.demand.demand_keys`) of the recent requests:
   after it. A key whose blocks are all shared has no item of its own: the parent is its prefix.
 - a response and an embedding per exact prompt repeated at least `min_repeats` times.
 
-Predicted hits come from the forecaster's per-key predictions summed over its horizon (source
-`forecast`); a key the forecast does not name falls back to its decayed frequency over the
-demand series (`heat`) or, without demand features, to its request rate over the window
+Predicted hits answer two questions: which keys (each key's share of the next bucket's requests,
+from the hot-set combination on the lake: `hot_set.py`) and how many requests (the forecaster's
+predictions of every row, "other" included, summed per step over its horizon; without a
+forecast, the decayed frequency of the demand series): a key's hits are its share of them
+(source `hotset`). Without a hot set (too short a history), the forecaster's per-key predictions
+(`forecast`); a key neither names falls back to its decayed frequency over the demand series
+(`heat`) or, without demand features, to its request rate over the window
 (`recency_frequency`). Rejected: dropping keys the forecaster does not name, which would make a
 missing or narrow champion silently empty the plan.
 """
@@ -119,6 +123,7 @@ def build_candidates(
     now: pd.Timestamp | None = None,
     options: CandidateOptions | None = None,
     follows: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+    hot: pd.DataFrame | None = None,
 ) -> DataFrame[WarmupCandidate]:
     """Candidates for the keys of `requests` (RequestLog columns, at least `REQUEST_COLUMNS`).
 
@@ -135,13 +140,15 @@ def build_candidates(
         follows: optional (None: off): per-key predictions (tenant, key, hits, ...) -> the
             same with more hits for the keys that usually follow the hot ones in sessions
             (`HotspotGraph.successor_boost`, whose docstring says why and where it stops).
+        hot: each key's share of the next bucket's requests (tenant, key, share:
+            `hot_set.HotSet.shares`), or None to use the forecast's per-key predictions.
     """
     costs, options = costs or CostModel(), options or CandidateOptions()
     now = _data_end(requests, forecast, demand) if now is None else pd.Timestamp(now)
     recent = _recent(requests, now, options.window_s)
     if recent.empty:
         return _validated([])
-    predictions = _predictions(recent, forecast, demand, now, options)
+    predictions = _predictions(recent, forecast, demand, now, options, hot)
     if follows is not None:
         predictions = follows(predictions)
     frames = [
@@ -202,11 +209,15 @@ def _predictions(
     demand: pd.DataFrame | None,
     now: pd.Timestamp,
     options: CandidateOptions,
+    hot: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per (tenant, key): requests in the window, predicted hits, needed_in_s and source."""
     keys = recent.groupby(_KEYS, observed=True).size().rename("requests").reset_index()
     horizon_s, parts = options.horizon_s, []
-    if forecast is not None and len(forecast):
+    if hot is not None and len(hot):
+        predicted, horizon_s = _from_shares(hot, forecast, demand, now, options)
+        parts.append(keys.merge(predicted, on=_KEYS, how="inner"))
+    elif forecast is not None and len(forecast):
         predicted, horizon_s = _from_forecast(forecast, now)
         parts.append(keys.merge(predicted, on=_KEYS, how="inner"))
     if demand is not None and len(demand):
@@ -239,6 +250,34 @@ def _from_forecast(forecast: pd.DataFrame, now: pd.Timestamp) -> tuple[pd.DataFr
     out["needed_in_s"] = out["needed_in_s"].fillna(horizon_s)
     out["source"] = "forecast"
     return out, float(horizon_s)
+
+
+def _from_shares(
+    hot: pd.DataFrame,
+    forecast: pd.DataFrame | None,
+    demand: pd.DataFrame | None,
+    now: pd.Timestamp,
+    options: CandidateOptions,
+) -> tuple[pd.DataFrame, float]:
+    """Hits = each key's share of the requests to come: the forecast's total per step (its rows
+    add up to every tenant's traffic), timed as `_from_forecast` times a key's own forecast;
+    without one, the heat's total rate over the horizon."""
+    shares = hot[[*_KEYS, "share"]].astype({"tenant": STRING, "key": STRING})
+    if forecast is not None and len(forecast):
+        forecast = KeyForecast.validate(forecast, lazy=True)
+        steps = forecast.groupby(["granularity", "step", "bucket_start"], observed=True)
+        totals = steps["predicted"].sum().rename("total").reset_index()  # (H,)
+        spread = shares.merge(totals, how="cross")
+        spread["predicted"] = spread["share"] * spread["total"]
+        predicted, horizon_s = _from_forecast(spread.drop(columns=["share", "total"]), now)
+    else:
+        if demand is None or not len(demand):
+            raise ValueError("hot-set shares need a forecast or demand series for the volume")
+        horizon_s = options.horizon_s
+        heat = _from_heat(demand, now, horizon_s, options.half_life_s)
+        rate = shares.set_index(_KEYS)["share"] * heat["hits"].sum() / horizon_s
+        predicted = _rate_frame(rate, horizon_s)
+    return predicted.assign(source="hotset"), horizon_s
 
 
 def _from_heat(

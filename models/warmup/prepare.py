@@ -3,7 +3,9 @@
 Shared by `preheat warmup` (plan only, or plan and execute) and the Prefect flow `warmup`, so
 both plan from the same inputs the same way. Failures a user can fix (no lake, an empty lake)
 are `LookupError`s with the command to run; a missing or unusable forecaster is not a failure:
-the plan falls back to the heat of the demand series and its summary says so.
+the plan falls back to the heat of the demand series and its summary says so. Which keys the
+plan expects to be hot is the hot-set combination's (`hot_set.py`), the champion one of its
+experts; the summary's `hot_set` gives its weights.
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from data_contracts import GRANULARITIES
 from models.warmup.candidates import REQUEST_COLUMNS, recent_requests
+from models.warmup.hot_set import MIN_FIT_WINDOWS, LearnedRanker, hot_set
 from models.warmup.plan import Budgets, CostModel, PlanResult, build_candidates, plan_warmup
+
+if TYPE_CHECKING:
+    from models.forecast.registry import Champion
 
 TOP_EXCLUDED = 20
 
@@ -89,8 +95,9 @@ def read_requests(data_dir: Path) -> pd.DataFrame:
 
 def load_forecast(
     data_dir: Path, mlflow_uri: str, granularity: str
-) -> tuple[pd.DataFrame | None, pd.DataFrame, dict[str, Any]]:
-    """(forecast or None, the demand series used, {"model"} or {"fallback": why not}).
+) -> tuple[pd.DataFrame | None, pd.DataFrame, dict[str, Any], Champion | None]:
+    """(forecast or None, the demand series used, {"model"} or {"fallback": why not}, the
+    champion that forecast or None).
 
     The champion reads the granularity it was trained on, whatever `granularity` says. A store
     that does not exist yet holds no champion: it is not created just to find that out.
@@ -100,24 +107,32 @@ def load_forecast(
     features = Path(data_dir) / "features"
     demand = read_demand(features, granularity)
     if missing_sqlite_store(mlflow_uri):
-        return None, demand, {"fallback": f"no MLflow store at {mlflow_uri}, so no forecaster"}
+        why = f"no MLflow store at {mlflow_uri}, so no forecaster"
+        return None, demand, {"fallback": why}, None
     from models.forecast.registry import load_champion
 
     try:
         champion = load_champion(mlflow_uri)
     except LookupError as err:
-        return None, demand, {"fallback": str(err)}
+        return None, demand, {"fallback": str(err)}, None
     trained_on = str(champion.meta.get("granularity", granularity))
     if trained_on != granularity:
         demand = read_demand(features, trained_on)
     if demand.empty:
         why = f"no {trained_on} demand features: run `preheat features`"
-        return None, demand, {"fallback": why}
+        return None, demand, {"fallback": why}, None
     try:
         forecast = champion.predict_per_key(demand)
     except ValueError as err:  # e.g. less history than the model reads
-        return None, demand, {"fallback": f"{champion.name} v{champion.version} failed: {err}"}
-    return forecast, demand, {"model": f"{champion.name} v{champion.version}"}
+        why = f"{champion.name} v{champion.version} failed: {err}"
+        return None, demand, {"fallback": why}, None
+    return forecast, demand, {"model": f"{champion.name} v{champion.version}"}, champion
+
+
+def _no_hot_set(demand: pd.DataFrame) -> str:
+    if demand.empty:
+        return "no demand features: run `preheat features`"
+    return f"fewer than {MIN_FIT_WINDOWS} buckets of demand before the weights' windows"
 
 
 def missing_sqlite_store(uri: str) -> bool:
@@ -151,13 +166,21 @@ def plan_from_lake(data_dir: Path, mlflow_uri: str, options: PlanOptions) -> Pre
         LookupError: no lake or no requests in it.
     """
     requests = read_requests(Path(data_dir))
-    forecast, demand, forecaster = load_forecast(Path(data_dir), mlflow_uri, options.granularity)
+    forecast, demand, forecaster, champion = load_forecast(
+        Path(data_dir), mlflow_uri, options.granularity
+    )
     costs = CostModel(prefill_s_per_token=options.prefill_s_per_token)
     follows, boost = successor_boost(Path(data_dir), options.follow_boost)
-    candidates = build_candidates(requests, forecast, demand, costs, follows=follows)
+    ranker = None if champion is None else LearnedRanker.of(champion)
+    hot = hot_set(demand, ranker) if len(demand) else None
+    candidates = build_candidates(
+        requests, forecast, demand, costs, follows=follows,
+        hot=None if hot is None else hot.shares,
+    )  # fmt: skip
     result = plan_warmup(candidates, options.budgets, options.top_excluded)
     summary = result.summary
     summary["forecaster"] = forecaster.get("model")
+    summary["hot_set"] = hot.summary() if hot is not None else {"off": _no_hot_set(demand)}
     if boost is not None:
         summary["follow_boost"] = boost
     if forecaster.get("fallback"):

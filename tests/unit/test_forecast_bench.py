@@ -106,7 +106,13 @@ def test_bench_hotset_json(mooncake_like: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     result = orjson.loads(done.stdout)
     assert result["k"] == 10 and result["windows"] >= 4
-    assert set(result["methods"]) == {"preheat", "last_window", "ewma_frequency", "oracle"}
+    assert set(result["methods"]) == {
+        "preheat",
+        "planner",
+        "last_window",
+        "ewma_frequency",
+        "oracle",
+    }
     oracle = result["methods"]["oracle"]["recall_of_requests"]
     for scores in result["methods"].values():
         assert 0 <= scores["recall_of_requests"] <= oracle + 1e-9

@@ -210,7 +210,12 @@ def test_hotset_family_trains_on_one_thread_as_the_command_does(
     def recording_bench(*_args: object) -> dict[str, object]:
         threads.append(torch.get_num_threads())
         recall = {"recall_of_requests": 0.1}
-        methods = {"preheat": recall, "last_window": recall, "ewma_frequency": recall}
+        methods = {
+            "preheat": recall,
+            "planner": recall,
+            "last_window": recall,
+            "ewma_frequency": recall,
+        }
         return {"windows": 3, "methods": methods, "preheat_chosen": "adahedge"}
 
     trace = tmp_path / robustness.HOTSET_TRACE

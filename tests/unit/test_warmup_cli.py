@@ -53,8 +53,11 @@ def test_plan_only_json_is_a_valid_plan(lake_dir: Path) -> None:
     # No MLflow store in this cwd: no champion, and the summary says what was used instead.
     assert summary["forecaster"] is None
     assert summary["fallback"].startswith("no MLflow store at sqlite:///mlruns/mlflow.db")
-    assert "(heat)" in summary["fallback"]
-    assert set(plan["source"]) == {"heat"}
+    # Which keys: the hot-set combination of the frequency experts, with no champion among them
+    assert set(summary["hot_set"]["weights"]) == {
+        "last_window", "ewma_frequency", "decayed_frequency"
+    }  # fmt: skip
+    assert set(plan["source"]) <= {"hotset", "heat"} and "hotset" in set(plan["source"])
     assert set(plan["kind"]) >= {"kv_prefix"}
     assert all(row["reason"].startswith("next best: score") for row in document["excluded"])
     assert not (lake_dir.parent / "mlruns").exists()  # planning did not create a store

@@ -4,7 +4,10 @@ The windows are split once: the first half fits every method (the frequency base
 decay, `preheat`'s experts theirs, its weights warmed up on the last of those windows), the
 second half scores them all on the same windows. `preheat` is the online combination of the
 experts (`models.forecast.hotset_combination`); each expert's own recall on the same windows is
-reported beside it (`experts`). Oracle is the limit.
+reported beside it (`experts`). `planner` is the same combination over the experts the warm-up
+planner fits at every plan (`models.warmup.hot_set.frequency_experts`: last window, EWMA and
+decayed frequency), without the champion per-key forecaster the planner adds from the registry,
+which a trace has none of. Oracle is the limit.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 from cache_runtime.traces import TraceError, load_request_keys
 from models.forecast.hotset import EwmaFrequency, KeyWindows, LastWindow, Oracle, evaluate_hotset
 from models.forecast.hotset_combination import PreheatHotset, hotset_experts
+from models.warmup.hot_set import frequency_experts
 
 MIN_WINDOWS = 8  # four to fit on (one of them validation), four to score
 
@@ -32,9 +36,11 @@ def bench_hotset(path: Path, fmt: str, window_s: float, k: int, seed: int = 0) -
             "use a shorter --window"
         )
     first_eval = kw.n_windows // 2
-    preheat = PreheatHotset(k, hotset_experts(k, seed), val_windows=max(1, first_eval // 3))
+    val_windows = max(1, first_eval // 3)
+    preheat = PreheatHotset(k, hotset_experts(k, seed), val_windows=val_windows)
     scorers = {
         "preheat": preheat,
+        "planner": PreheatHotset(k, frequency_experts(k), val_windows=val_windows),
         "last_window": LastWindow(),
         "ewma_frequency": EwmaFrequency(k),
         "oracle": Oracle(),

@@ -1,0 +1,226 @@
+"""Which keys the warm-up planner expects to be hot: the hot-set combination, run on the lake.
+
+`preheat bench hotset` measures `models.forecast.hotset_combination.PreheatHotset` on a trace;
+the planner runs the same combination on the lake's demand series at plan time, one window per
+bucket of the planning granularity, and scores the next window from the ones before it. Its
+experts: the last window, the EWMA and the decayed frequency (each fitted on the lake's windows),
+and the registered champion per-key forecaster when there is one, the learned ranker (trained by
+`train-forecaster`, promoted only by the registry's gate). Not the bench's attention and boosted
+rankers: the bench trains them on each trace it reads (46 s and 13 s on the Mooncake trace at
+60 s windows), where the planner runs every few minutes and the platform already trains and
+gates a learned per-key model.
+
+The weights (`PreheatHotset`: AdaHedge with fixed share, a window's loss the share of its
+requests an expert's top K missed) come from the last `WEIGHT_WINDOWS` windows, and only from
+windows after the champion's training ended (its `fit_end`): a window it was trained on would
+flatter it. With none yet (a champion trained just now) the weights are even. Each plan computes
+them again from the lake, so they follow the actuals as they arrive.
+
+What the planner takes is each key's share of the next window's requests (the combined scores,
+which sum to 1); how many requests come is `candidates`' question.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from data_contracts import GRANULARITIES, TOTAL_KEY, DemandSeries
+from models.forecast.hotset import (
+    DecayedFrequency,
+    EwmaFrequency,
+    HotsetScorer,
+    KeyWindows,
+    LastWindow,
+)
+from models.forecast.hotset_combination import PreheatHotset
+
+if TYPE_CHECKING:
+    from models.forecast.panel import KeyPanel, PanelForecaster
+    from models.forecast.registry import Champion
+
+HOT_K = 50  # the K of each window's loss, as `preheat bench hotset` scores it
+WEIGHT_WINDOWS = 24  # windows the weights learn from (at 3 min: the last 72 minutes)
+FIT_WINDOWS = 96  # windows before those that the frequency experts fit on: a bounded cost
+MIN_FIT_WINDOWS = 4  # fewer, and the planner ranks by decayed frequency alone (`candidates`)
+_KEYS = ["tenant", "key"]
+
+
+@dataclass(frozen=True)
+class HotSet:
+    """Each key's predicted share of the next window's requests, and how it was reached."""
+
+    shares: pd.DataFrame  # tenant, key, share: shares sum to 1
+    weights: dict[str, float]  # each expert's weight in the combination
+    windows: int  # the windows the weights learned from
+    granularity: str
+    notes: tuple[str, ...] = ()  # why an expert is not in it
+
+    def summary(self) -> dict[str, Any]:
+        """What a plan's summary says about it (the Prefect UI shows the summary)."""
+        return {
+            "granularity": self.granularity,
+            "weights": {name: round(weight, 4) for name, weight in self.weights.items()},
+            "windows": self.windows,
+            "keys": len(self.shares),
+            **({"notes": list(self.notes)} if self.notes else {}),
+        }
+
+
+def frequency_experts(k: int) -> dict[str, Callable[[], HotsetScorer]]:
+    """The planner's experts besides the champion, fitted on the lake at every plan (and what
+    `bench hotset` reports as `planner`, where there is no registry to take a champion from)."""
+    return {
+        "last_window": LastWindow,
+        "ewma_frequency": lambda: EwmaFrequency(k),
+        "decayed_frequency": lambda: DecayedFrequency(k),
+    }
+
+
+@dataclass(frozen=True)
+class LearnedRanker:
+    """The registered per-key forecaster as the hot set uses it: the model and the panel it
+    reads (its top K keys by the last `recent` buckets, and "other")."""
+
+    forecaster: PanelForecaster
+    top_k: int
+    recent: int
+    label: str  # e.g. "preheat-forecaster v3"
+
+    @classmethod
+    def of(cls, champion: Champion) -> LearnedRanker:
+        meta = champion.meta
+        label = f"{champion.name} v{champion.version}"
+        return cls(champion.forecaster, int(meta["top_k"]), int(meta["recent"]), label)
+
+    def panel(self, demand: pd.DataFrame) -> KeyPanel:
+        from models.forecast.panel import KeyPanel
+
+        return KeyPanel.from_demand(demand, self.top_k, self.recent)
+
+
+class ChampionExpert:
+    """The champion's one-step forecast of its panel's rows, as a hot-set scorer: a key it does
+    not forecast one by one (in "other") scores 0. Fitted already: `fit` changes nothing.
+
+    A past window is forecast with the weights of the champion's own fit, the next one with its
+    current weights (`PanelForecaster.current_weights`, which have learned from the past
+    windows' actuals): a past window's forecast must not have seen that window."""
+
+    def __init__(
+        self,
+        forecaster: PanelForecaster,
+        panel: KeyPanel,
+        codes: np.ndarray,
+        offset: int,
+    ) -> None:
+        self.forecaster, self.panel = forecaster, panel
+        self.codes = codes  # (rows,) each panel row's key code in the windows; -1: none
+        self.offset = offset  # the panel's bucket of window 0
+        self.current = forecaster.current_weights(panel)
+
+    def fit(self, kw: KeyWindows, until: int) -> ChampionExpert:
+        return self
+
+    def scores(self, kw: KeyWindows, w: int) -> np.ndarray:
+        origin = w + self.offset
+        future = origin >= self.panel.counts.shape[1]
+        weights = self.current if future else self.forecaster.weights
+        predicted = self.forecaster.forecast_counts(self.panel.counts, origin, weights)
+        out = np.zeros(kw.n_keys)
+        named = self.codes >= 0
+        out[self.codes[named]] = np.clip(predicted[named, 0], 0.0, None)  # (K, H) -> step 1
+        return out
+
+
+def hot_set(
+    demand: pd.DataFrame, champion: LearnedRanker | None = None, k: int = HOT_K
+) -> HotSet | None:
+    """The hot-set combination's shares for the bucket after `demand`'s last one; None when
+    there are fewer than `MIN_FIT_WINDOWS` buckets to fit on besides those the weights use. A
+    champion that cannot forecast this demand (`ValueError`, e.g. less history than it reads)
+    is left out, and the notes say why.
+
+    Raises:
+        ValueError: `demand` breaks the `DemandSeries` contract or mixes granularities.
+    """
+    demand = DemandSeries.validate(demand, lazy=True)
+    if champion is not None:
+        try:
+            return _combine(demand, champion, k)
+        except ValueError as err:
+            found = _combine(demand, None, k)
+            note = f"champion {champion.label} left out: {err}"
+            return None if found is None else dataclasses.replace(found, notes=(note,))
+    return _combine(demand, None, k)
+
+
+def _combine(demand: pd.DataFrame, champion: LearnedRanker | None, k: int) -> HotSet | None:
+    full, demand = demand, demand[demand["key"] != TOTAL_KEY]
+    if demand.empty:
+        return None
+    granularities = demand["granularity"].unique()
+    if len(granularities) != 1:
+        raise ValueError(f"the hot set reads one granularity, got {sorted(granularities)}")
+    granularity = str(granularities[0])
+    width = pd.Timedelta(seconds=GRANULARITIES[granularity])
+    first, last = demand["bucket_start"].min(), demand["bucket_start"].max()
+    start = max(first, last - width * (FIT_WINDOWS + WEIGHT_WINDOWS - 1))
+    recent = demand[demand["bucket_start"] >= start]
+    past = int((last - start) // width) + 1  # windows 0..past-1 have actuals; `past` is next
+    pairs = pd.MultiIndex.from_frame(recent[_KEYS].astype(object))
+    ids, names = pd.factorize(pairs)
+    kw = KeyWindows.from_counts(
+        ((recent["bucket_start"] - start) // width).to_numpy(), ids,
+        recent["count"].to_numpy(), width.total_seconds(), start.timestamp(), past + 1,
+    )  # fmt: skip
+    experts: dict[str, Callable[[], HotsetScorer]] = frequency_experts(k)
+    weigh = WEIGHT_WINDOWS
+    if champion is not None:
+        expert, trained_until = _champion_expert(champion, full, names, kw, start, width)
+        experts["champion"] = lambda: expert
+        weigh = min(weigh, max(0, past - trained_until))
+    if past - weigh < MIN_FIT_WINDOWS:
+        return None
+    combination = PreheatHotset(k, experts, val_windows=weigh).fit(kw, past)
+    mixed = combination.scores(kw, past)  # (n_keys,) shares of the next window
+    total = mixed.sum()
+    if total <= 0:
+        return None
+    codes = kw.keys  # each code's factorised (tenant, key) id
+    shares = pd.DataFrame(
+        {
+            "tenant": [names[i][0] for i in codes],
+            "key": [names[i][1] for i in codes],
+            "share": mixed / total,
+        }
+    )
+    weights = dict(zip(combination.names, combination.weights(kw, past).tolist(), strict=True))
+    return HotSet(shares[shares["share"] > 0].reset_index(drop=True), weights, weigh, granularity)
+
+
+def _champion_expert(
+    champion: LearnedRanker,
+    demand: pd.DataFrame,
+    names: pd.MultiIndex,
+    kw: KeyWindows,
+    start: pd.Timestamp,
+    width: pd.Timedelta,
+) -> tuple[ChampionExpert, int]:
+    """(the champion as an expert on `kw`, the first window its training did not see)."""
+    panel = champion.panel(demand)
+    forecaster = champion.forecaster
+    code_of = {names[i]: code for code, i in enumerate(kw.keys)}
+    codes = np.array(
+        [code_of.get((t, key), -1) for t, key in zip(panel.tenants, panel.keys, strict=True)],
+        dtype=np.int64,
+    )
+    offset = int((start - panel.starts[0]) // width)
+    fit_end = pd.Timestamp(forecaster.fit_end) if forecaster.fit_end else start
+    trained_until = int(np.ceil((fit_end - start) / width))
+    return ChampionExpert(forecaster, panel, codes, offset), trained_until

@@ -1,0 +1,175 @@
+"""The warm-up planner's hot set: the hot-set combination on the lake's demand series, the
+champion one of its experts and judged only on windows it was not trained on; and the plan's
+hits as each key's share of the requests to come."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from data_contracts import TOTAL_KEY, DemandSeries, RequestLog
+from models.forecast.attention import AttentionConfig
+from models.forecast.hotset import KeyWindows
+from models.forecast.panel import PanelForecaster
+from models.warmup.candidates import CandidateOptions, build_candidates
+from models.warmup.hot_set import (
+    FIT_WINDOWS,
+    MIN_FIT_WINDOWS,
+    WEIGHT_WINDOWS,
+    LearnedRanker,
+    hot_set,
+)
+
+START = pd.Timestamp("2024-03-04T00:00:00Z")
+WIDTH = pd.Timedelta(minutes=3)
+TINY = AttentionConfig(epochs=1, context=4, scales=(1, 2), horizon=2, d_model=8, heads=2)
+FREQUENCY_EXPERTS = {"last_window", "ewma_frequency", "decayed_frequency"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _demand(buckets: int, seed: int = 0) -> pd.DataFrame:
+    """Two tenants at 3 min: acme's templates k0..k19 at falling rates, and `rising`, quiet
+    until the last 6 buckets and then acme's busiest; globex one template. Each tenant's total
+    too."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for t in range(buckets):
+        counts = {f"template:k{i}": rng.poisson(10.0 / (i + 1)) for i in range(20)}
+        counts["template:rising"] = 30 if t >= buckets - 6 else 0
+        rows += [("acme", key, t, c) for key, c in counts.items() if c]
+        rows.append(("acme", TOTAL_KEY, t, sum(counts.values())))
+        rows += [("globex", "template:g", t, 4), ("globex", TOTAL_KEY, t, 4)]
+    frame = pd.DataFrame(rows, columns=["tenant", "key", "bucket", "count"])
+    frame.insert(2, "granularity", "3min")
+    frame.insert(3, "bucket_start", START + frame.pop("bucket") * WIDTH)
+    return DemandSeries.validate(frame.astype({"count": "float64"}), lazy=True)
+
+
+def test_key_windows_from_counts_place_each_request_in_its_window_and_keep_empty_ones() -> None:
+    kw = KeyWindows.from_counts(
+        np.array([2, 0, 0]), np.array(["a", "a", "b"]), np.array([3, 2, 1]), 60.0, 100.0, 4
+    )
+    assert kw.counts.toarray().tolist() == [[2, 1], [0, 0], [3, 0], [0, 0]]
+    assert kw.keys.tolist() == ["a", "b"] and kw.window.tolist() == [0, 0, 0, 2, 2, 2]
+    assert kw.times.tolist() == [130.0] * 3 + [250.0] * 3  # mid-window, in time order
+    assert kw.starts.tolist() == [100.0, 160.0, 220.0, 280.0] and kw.dropped == 0
+    assert kw.before(3) == 6 and kw.row(3).sum() == 0  # the window after the data: empty
+    for bad in ([4], [-1]):
+        with pytest.raises(ValueError, match="every window"):
+            KeyWindows.from_counts(np.array(bad), np.array(["a"]), np.array([1]), 60.0, 0.0, 4)
+    with pytest.raises(ValueError, match="whole numbers"):
+        KeyWindows.from_counts(np.array([0]), np.array(["a"]), np.array([0.5]), 60.0, 0.0, 4)
+
+
+def test_the_shares_cover_every_keyed_request_and_rank_the_rising_key_first() -> None:
+    found = hot_set(_demand(60))
+    assert found is not None
+    shares = found.shares.set_index(["tenant", "key"])["share"]
+    assert shares.sum() == pytest.approx(1.0)
+    assert TOTAL_KEY not in set(found.shares["key"])  # a tenant's total is no key to warm
+    assert shares.idxmax() == ("acme", "template:rising")
+    assert set(found.weights) == FREQUENCY_EXPERTS
+    assert sum(found.weights.values()) == pytest.approx(1.0)
+    assert found.windows == WEIGHT_WINDOWS and found.granularity == "3min"
+    assert found.summary()["keys"] == len(found.shares)
+
+
+def test_a_history_too_short_for_the_weights_and_a_fit_gives_no_hot_set() -> None:
+    enough = WEIGHT_WINDOWS + MIN_FIT_WINDOWS
+    assert hot_set(_demand(enough - 1)) is None
+    assert hot_set(_demand(enough)) is not None
+    long = hot_set(_demand(FIT_WINDOWS + WEIGHT_WINDOWS + 50))  # older buckets are not read
+    assert long is not None and long.windows == WEIGHT_WINDOWS
+
+
+def test_demand_of_two_granularities_is_refused() -> None:
+    demand = _demand(40)
+    demand.loc[demand.index[0], "granularity"] = "1h"
+    with pytest.raises(ValueError, match="one granularity"):
+        hot_set(demand)
+
+
+def _ranker(demand: pd.DataFrame, trained_buckets: int) -> LearnedRanker:
+    from models.forecast.panel import KeyPanel
+
+    panel = KeyPanel.from_demand(demand, top_k=5, recent=10)
+    forecaster = PanelForecaster(TINY).fit(panel, until=trained_buckets)
+    return LearnedRanker(forecaster, top_k=5, recent=10, label="preheat-forecaster v7")
+
+
+def test_the_champion_is_weighed_only_on_windows_after_its_training() -> None:
+    demand = _demand(60)
+    trained_now = hot_set(demand, _ranker(demand, 60))  # trained on every bucket: no evidence
+    assert trained_now is not None
+    assert set(trained_now.weights) == FREQUENCY_EXPERTS | {"champion"}
+    assert trained_now.windows == 0
+    assert list(trained_now.weights.values()) == pytest.approx([0.25] * 4)  # even
+    ten_ago = hot_set(demand, _ranker(demand, 50))
+    assert ten_ago is not None and ten_ago.windows == 10
+    assert list(ten_ago.weights.values()) != pytest.approx([0.25] * 4)
+    assert ten_ago.shares["share"].sum() == pytest.approx(1.0)
+
+
+def test_a_champion_that_cannot_forecast_the_demand_is_left_out_with_a_note() -> None:
+    demand = _demand(60)
+    ranker = _ranker(demand, 50)
+    corrupt = dataclasses.replace(ranker.forecaster, fit_end="not a time")
+    broken = dataclasses.replace(ranker, forecaster=corrupt)
+    found = hot_set(demand, broken)
+    assert found is not None and set(found.weights) == FREQUENCY_EXPERTS
+    assert found.notes and found.notes[0].startswith("champion preheat-forecaster v7 left out")
+
+
+def _requests(demand: pd.DataFrame) -> pd.DataFrame:
+    """One request per key of the last bucket, each template on its own blocks."""
+    last = demand[(demand["bucket_start"] == demand["bucket_start"].max())]
+    last = last[last["key"] != TOTAL_KEY].reset_index(drop=True)
+    rows = [
+        {
+            "timestamp": row.bucket_start + pd.Timedelta(seconds=90), "tenant": row.tenant,
+            "request_id": f"r{i}", "session_id": f"s{i}", "prompt": f"prompt {i}",
+            "prompt_tokens": 64, "output_tokens": 8,
+            "prefix_hashes": [100 * i + 1, 100 * i + 2, 100 * i + 3],
+            "template_id": str(row.key).removeprefix("template:"), "route": "/v1/chat",
+            "latency_ms": 100.0, "priority": 5,
+        }
+        for i, row in enumerate(last.itertuples())
+    ]  # fmt: skip
+    return RequestLog.validate(pd.DataFrame(rows))
+
+
+def test_the_plans_hits_are_each_keys_share_of_the_forecast_volume() -> None:
+    demand = _demand(60)
+    found = hot_set(demand)
+    assert found is not None
+    now = demand["bucket_start"].max() + WIDTH
+    volume = [100.0, 300.0]  # every row of the forecast, per step
+    forecast = pd.DataFrame(
+        {
+            "tenant": ["acme", "acme", "globex", "globex"],
+            "key": ["template:k0", "__other__"] * 2,
+            "granularity": "3min", "step": [1, 2, 1, 2],
+            "bucket_start": [now, now + WIDTH] * 2,
+            "predicted": [volume[0] / 2, volume[1] / 2] * 2,
+        }
+    )  # fmt: skip
+    requests = _requests(demand)
+    options = CandidateOptions(window_s=600.0)
+    candidates = build_candidates(
+        requests, forecast, demand, now=now, options=options, hot=found.shares
+    )
+    hits = candidates.groupby(["tenant", "key"], observed=True)["predicted_hits"].max()
+    shares = found.shares.set_index(["tenant", "key"])["share"]
+    for (tenant, key), value in hits.items():
+        assert value == pytest.approx(shares[(tenant, key)] * sum(volume)), key
+    assert set(candidates["source"]) == {"hotset"}
+    without = build_candidates(requests, None, demand, now=now, options=options, hot=found.shares)
+    assert set(without["source"]) == {"hotset"}  # the volume from the heat instead
