@@ -297,15 +297,15 @@ class PanelForecaster:
         )
 
     def current_weights(self, panel: KeyPanel) -> dict[str, float]:
-        """The weights after charging the panel's origins the fit could not charge, whose
-        actuals have all arrived since (the latest `MAX_REPLAY` of them): the combination keeps
-        learning in production. The fit charged each origin whose horizon ended before
-        `fit_end`, so the first not charged is `horizon - 1` buckets before it."""
+        """The weights after charging the panel's origins whose actuals came after the fit (the
+        latest `MAX_REPLAY` of them): the combination keeps learning in production. Not the
+        `horizon - 1` origins before `fit_end`, which the fit could not charge yet: their
+        actuals begin inside the buckets the experts were refitted on (the model's targets,
+        the EWMA's alpha), so charging them with those experts would flatter them."""
         if self.chosen != COMBINED:
             return {self.chosen: 1.0}
         horizon, counts = self.config.horizon, panel.counts
-        first = pd.Timestamp(self.fit_end) - (horizon - 1) * panel.width
-        fresh = np.flatnonzero(panel.starts >= first)
+        fresh = np.flatnonzero(panel.starts >= pd.Timestamp(self.fit_end))
         rounds = fresh[fresh + horizon <= counts.shape[1]][-MAX_REPLAY:]
         hedge, names = Combination.from_state(self.hedge), list(self.hedge["experts"])
         if len(rounds):

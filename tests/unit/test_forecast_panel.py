@@ -12,7 +12,6 @@ import torch
 from data_contracts import KeyForecast
 from models.forecast import panel as panel_module
 from models.forecast.attention import AttentionConfig
-from models.forecast.combination import Combination
 from models.forecast.hotset import KeyWindows
 from models.forecast.hotset_models import AttentionScorer, fine_counts
 from models.forecast.panel import (
@@ -132,27 +131,6 @@ def test_panel_weights_go_on_learning_from_buckets_after_the_fit() -> None:
     assert later != pytest.approx(model.weights) and sum(later.values()) == pytest.approx(1.0)
     single = PanelForecaster(TINY, chosen="ewma", alpha=0.3)
     assert single.current_weights(panel) == {"ewma": 1.0}
-
-
-def test_the_origin_whose_horizon_straddles_the_fit_end_is_charged_once_its_actuals_arrive() -> (
-    None
-):
-    """The fit charges origins up to 30 - horizon (2): origin 29's actuals are buckets 29 and
-    30, so it is the first round the weights learn from once bucket 30 has come."""
-    panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
-    model = PanelForecaster(TINY).fit(panel, until=30)
-    upto = {n: dataclasses.replace(panel, counts=panel.counts[:, :n], starts=panel.starts[:n])
-            for n in (30, 31)}  # fmt: skip
-    assert model.current_weights(upto[30]) == pytest.approx(model.weights)
-    hedge = Combination.from_state(model.hedge)
-    names = list(model.hedge["experts"])
-    preds = np.stack([  # (M, K, H): each expert's forecast from origin 29
-        model._predict(m, upto[31].counts, np.array([29]), model.module, model.alpha)[0]
-        for m in names])  # fmt: skip
-    hedge.update(preds, upto[31].counts[:, 29:31])
-    expected = dict(zip(names, hedge.weights.tolist(), strict=True))
-    assert model.current_weights(upto[31]) == pytest.approx(expected)
-    assert expected != pytest.approx(model.weights)
 
 
 def test_the_fitted_model_forecasts_each_sample_once_and_as_a_fresh_one_would(
