@@ -28,6 +28,7 @@ push out another's records.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -202,7 +203,7 @@ class TenantSessionPages:
     ) -> None:
         if max_pages <= 0 or max_sessions <= 0:
             raise ValueError("max_pages and max_sessions must be positive")
-        if idle_end_s is not None and idle_end_s <= 0:
+        if idle_end_s is not None and not (math.isfinite(idle_end_s) and idle_end_s > 0):
             raise ValueError(f"idle_end_s must be positive or None, got {idle_end_s}")
         self.max_pages = max_pages
         self.max_sessions = max_sessions

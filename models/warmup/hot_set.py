@@ -98,44 +98,70 @@ class LearnedRanker:
         label = f"{champion.name} v{champion.version}"
         return cls(champion.forecaster, int(meta["top_k"]), int(meta["recent"]), label)
 
-    def panel(self, demand: pd.DataFrame) -> KeyPanel:
-        from models.forecast.panel import KeyPanel
+    def panel(self, demand: pd.DataFrame, named_before: pd.Timestamp | None = None) -> KeyPanel:
+        """`demand` as the champion reads it. With `named_before`, the keys it would have named
+        from the buckets before that time, over every bucket of `demand`.
 
-        return KeyPanel.from_demand(demand, self.top_k, self.recent)
+        Raises:
+            ValueError: those keys' panel does not span `demand`'s buckets (demand without
+                tenant totals, whose keys stop before its end).
+        """
+        from models.forecast.panel import OTHER_KEY, KeyPanel
+
+        panel = KeyPanel.from_demand(demand, self.top_k, self.recent)
+        if named_before is None:
+            return panel
+        earlier = demand[demand["bucket_start"] < named_before]
+        named = KeyPanel.from_demand(earlier, self.top_k, self.recent)
+        keep = {(t, k) for t, k in zip(named.tenants, named.keys, strict=True) if k != OTHER_KEY}
+        pairs = pd.MultiIndex.from_frame(demand[["tenant", "key"]].astype(object))
+        rows = demand[(demand["key"] == TOTAL_KEY).to_numpy() | pairs.isin(keep)]
+        before = KeyPanel.from_demand(rows, self.top_k, self.recent)
+        if not before.starts.equals(panel.starts):
+            raise ValueError("the keys named earlier do not span the demand's buckets")
+        return before
+
+
+@dataclass(frozen=True)
+class PanelView:
+    """One panel of the champion, placed on the hot set's windows."""
+
+    panel: KeyPanel
+    codes: np.ndarray  # (rows,) each panel row's key code in the windows; -1: none ("other")
+    offset: int  # the panel's bucket of window 0
+
+    def scores(
+        self, forecaster: PanelForecaster, kw: KeyWindows, w: int, weights: dict[str, float]
+    ) -> np.ndarray:
+        predicted = forecaster.forecast_counts(self.panel.counts, w + self.offset, weights)
+        out = np.zeros(kw.n_keys)
+        named = self.codes >= 0
+        out[self.codes[named]] = np.clip(predicted[named, 0], 0.0, None)  # (K, H) -> step 1
+        return out
 
 
 class ChampionExpert:
-    """The champion's one-step forecast of its panel's rows, as a hot-set scorer: a key it does
-    not forecast one by one (in "other") scores 0. Fitted already: `fit` changes nothing.
+    """The champion's one-step forecast of the keys it names, as a hot-set scorer: a key it
+    does not forecast one by one (in "other") scores 0. Fitted already: `fit` changes nothing.
 
-    A past window is forecast with the weights of the champion's own fit, the next one with its
-    current weights (`PanelForecaster.current_weights`, which have learned from the past
-    windows' actuals): a past window's forecast must not have seen that window."""
+    Nothing of a past window may have reached its forecast: the forecast reads only the buckets
+    before it (`PanelForecaster.forecast_counts`), with the weights of the champion's own fit
+    (its current ones have learned from the past windows' actuals), for the keys the champion
+    would have named before the windows the weights learn from (`past`: it names its top K by
+    their recent demand, and a key hot only in those windows must not be named for them). The
+    next window gets what the planner's forecast gets: today's keys and current weights."""
 
-    def __init__(
-        self,
-        forecaster: PanelForecaster,
-        panel: KeyPanel,
-        codes: np.ndarray,
-        offset: int,
-    ) -> None:
-        self.forecaster, self.panel = forecaster, panel
-        self.codes = codes  # (rows,) each panel row's key code in the windows; -1: none
-        self.offset = offset  # the panel's bucket of window 0
-        self.current = forecaster.current_weights(panel)
+    def __init__(self, forecaster: PanelForecaster, past: PanelView, now: PanelView) -> None:
+        self.forecaster, self.past, self.now = forecaster, past, now
+        self.current = forecaster.current_weights(now.panel)
 
     def fit(self, kw: KeyWindows, until: int) -> ChampionExpert:
         return self
 
     def scores(self, kw: KeyWindows, w: int) -> np.ndarray:
-        origin = w + self.offset
-        future = origin >= self.panel.counts.shape[1]
-        weights = self.current if future else self.forecaster.weights
-        predicted = self.forecaster.forecast_counts(self.panel.counts, origin, weights)
-        out = np.zeros(kw.n_keys)
-        named = self.codes >= 0
-        out[self.codes[named]] = np.clip(predicted[named, 0], 0.0, None)  # (K, H) -> step 1
-        return out
+        if w + self.now.offset >= self.now.panel.counts.shape[1]:  # the next window
+            return self.now.scores(self.forecaster, kw, w, self.current)
+        return self.past.scores(self.forecaster, kw, w, self.forecaster.weights)
 
 
 def hot_set(
@@ -154,14 +180,17 @@ def hot_set(
         try:
             return _combine(demand, champion, k)
         except ValueError as err:
-            found = _combine(demand, None, k)
             note = f"champion {champion.label} left out: {err}"
+            found = _combine(demand, None, k)
             return None if found is None else dataclasses.replace(found, notes=(note,))
     return _combine(demand, None, k)
 
 
 def _combine(demand: pd.DataFrame, champion: LearnedRanker | None, k: int) -> HotSet | None:
-    full, demand = demand, demand[demand["key"] != TOTAL_KEY]
+    # Counts are requests; an expected count (a resampled trace's) is rounded to whole ones.
+    full = demand
+    demand = demand[demand["key"] != TOTAL_KEY].assign(count=np.rint(demand["count"]))
+    demand = demand[demand["count"] >= 1]
     if demand.empty:
         return None
     granularities = demand["granularity"].unique()
@@ -182,11 +211,17 @@ def _combine(demand: pd.DataFrame, champion: LearnedRanker | None, k: int) -> Ho
     experts: dict[str, Callable[[], HotsetScorer]] = frequency_experts(k)
     weigh = WEIGHT_WINDOWS
     if champion is not None:
-        expert, trained_until = _champion_expert(champion, full, names, kw, start, width)
-        experts["champion"] = lambda: expert
-        weigh = min(weigh, max(0, past - trained_until))
+        weigh = min(weigh, max(0, past - _trained_until(champion, start, width)))
     if past - weigh < MIN_FIT_WINDOWS:
         return None
+    if champion is not None:
+        cutoff = start + width * (past - weigh)  # the first window the weights learn from
+        views = [
+            _view(champion.panel(full, named_before), names, kw, start, width)
+            for named_before in (cutoff, None)
+        ]
+        expert = ChampionExpert(champion.forecaster, *views)
+        experts["champion"] = lambda: expert
     combination = PreheatHotset(k, experts, val_windows=weigh).fit(kw, past)
     mixed = combination.scores(kw, past)  # (n_keys,) shares of the next window
     total = mixed.sum()
@@ -204,23 +239,31 @@ def _combine(demand: pd.DataFrame, champion: LearnedRanker | None, k: int) -> Ho
     return HotSet(shares[shares["share"] > 0].reset_index(drop=True), weights, weigh, granularity)
 
 
-def _champion_expert(
-    champion: LearnedRanker,
-    demand: pd.DataFrame,
+def _trained_until(champion: LearnedRanker, start: pd.Timestamp, width: pd.Timedelta) -> int:
+    """The first window the champion's training did not see.
+
+    Raises:
+        ValueError: a champion saved without `fit_end` (before 2026-12-02): when its training
+            ended is unknown, no window can be said to be unseen.
+    """
+    if not champion.forecaster.fit_end:
+        raise ValueError("it was saved without the end of its training (fit_end)")
+    fit_end = pd.Timestamp(champion.forecaster.fit_end)
+    return int(np.ceil((fit_end - start) / width))
+
+
+def _view(
+    panel: KeyPanel,
     names: pd.MultiIndex,
     kw: KeyWindows,
     start: pd.Timestamp,
     width: pd.Timedelta,
-) -> tuple[ChampionExpert, int]:
-    """(the champion as an expert on `kw`, the first window its training did not see)."""
-    panel = champion.panel(demand)
-    forecaster = champion.forecaster
+) -> PanelView:
+    """`panel` on the windows of `kw`: each row's key code, and the bucket of window 0. The
+    panel reads every bucket of the demand (`KeyPanel.from_demand`); only its rows differ."""
     code_of = {names[i]: code for code, i in enumerate(kw.keys)}
     codes = np.array(
         [code_of.get((t, key), -1) for t, key in zip(panel.tenants, panel.keys, strict=True)],
         dtype=np.int64,
     )
-    offset = int((start - panel.starts[0]) // width)
-    fit_end = pd.Timestamp(forecaster.fit_end) if forecaster.fit_end else start
-    trained_until = int(np.ceil((fit_end - start) / width))
-    return ChampionExpert(forecaster, panel, codes, offset), trained_until
+    return PanelView(panel, codes, int((start - panel.starts[0]) // width))

@@ -21,7 +21,7 @@ import pandas as pd
 
 from data_contracts import GRANULARITIES
 from models.warmup.candidates import REQUEST_COLUMNS, recent_requests
-from models.warmup.hot_set import MIN_FIT_WINDOWS, LearnedRanker, hot_set
+from models.warmup.hot_set import MIN_FIT_WINDOWS, HotSet, LearnedRanker, hot_set
 from models.warmup.plan import Budgets, CostModel, PlanResult, build_candidates, plan_warmup
 
 if TYPE_CHECKING:
@@ -129,10 +129,18 @@ def load_forecast(
     return forecast, demand, {"model": f"{champion.name} v{champion.version}"}, champion
 
 
-def _no_hot_set(demand: pd.DataFrame) -> str:
+def _hot_set(demand: pd.DataFrame, ranker: LearnedRanker | None) -> tuple[HotSet | None, str]:
+    """(the hot set, "") or (None, why not): no hot set is no failure, the plan falls back to
+    the forecast's per-key predictions and the heat."""
     if demand.empty:
-        return "no demand features: run `preheat features`"
-    return f"fewer than {MIN_FIT_WINDOWS} buckets of demand before the weights' windows"
+        return None, "no demand features: run `preheat features`"
+    try:
+        hot = hot_set(demand, ranker)
+    except ValueError as err:  # demand the contract allows and windows cannot hold
+        return None, f"the demand series cannot be read as windows: {err}"
+    if hot is None:
+        return None, f"fewer than {MIN_FIT_WINDOWS} buckets of demand before the weights' ones"
+    return hot, ""
 
 
 def missing_sqlite_store(uri: str) -> bool:
@@ -172,7 +180,7 @@ def plan_from_lake(data_dir: Path, mlflow_uri: str, options: PlanOptions) -> Pre
     costs = CostModel(prefill_s_per_token=options.prefill_s_per_token)
     follows, boost = successor_boost(Path(data_dir), options.follow_boost)
     ranker = None if champion is None else LearnedRanker.of(champion)
-    hot = hot_set(demand, ranker) if len(demand) else None
+    hot, no_hot_set = _hot_set(demand, ranker)
     candidates = build_candidates(
         requests, forecast, demand, costs, follows=follows,
         hot=None if hot is None else hot.shares,
@@ -180,7 +188,10 @@ def plan_from_lake(data_dir: Path, mlflow_uri: str, options: PlanOptions) -> Pre
     result = plan_warmup(candidates, options.budgets, options.top_excluded)
     summary = result.summary
     summary["forecaster"] = forecaster.get("model")
-    summary["hot_set"] = hot.summary() if hot is not None else {"off": _no_hot_set(demand)}
+    if hot is None:
+        summary["hot_set"] = {"off": no_hot_set}
+    else:  # how many requests come: the forecast's rows, or without one the heat's total
+        summary["hot_set"] = {**hot.summary(), "volume": "heat" if forecast is None else "forecast"}
     if boost is not None:
         summary["follow_boost"] = boost
     if forecaster.get("fallback"):

@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import FakeClock
 
 from cache_runtime.sessions import SessionPages, TenantSessionPages
 
@@ -228,16 +229,8 @@ def test_concurrent_tenants_keep_the_totals_exact() -> None:
 # -- the idle end ---------------------------------------------------------------------------------
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_an_idle_session_is_ended_for_its_own_pages_and_goes_on_as_a_follow_up() -> None:
-    clock = _Clock()
+    clock = FakeClock(0.0)
     pages: SessionPages[str] = SessionPages(clock=clock)
     pages.read("a", ["system", "a-1"])
     clock.now = 100.0
@@ -257,19 +250,21 @@ def test_an_idle_session_is_ended_for_its_own_pages_and_goes_on_as_a_follow_up()
 
 
 def test_a_session_pushed_out_by_the_bound_is_not_idle_ended() -> None:
-    clock = _Clock()
+    clock = FakeClock(0.0)
     pages: SessionPages[str] = SessionPages(max_sessions=2, clock=clock)
     for name in ("s1", "s2", "s3"):
         pages.read(name, [f"{name}-page"])
     clock.now = 10.0
     assert pages.idle(5.0) == ["s2-page", "s3-page"]  # s1 was forgotten: its pages stay warm
-    pages.drop_oldest(sessions=2)
+    pages.read("s2", ["s2-page"])
+    pages.read("s3", ["s3-page"])
+    pages.drop_oldest(sessions=1)  # a shared budget takes s2, the least recently active
     clock.now = 20.0
-    assert pages.idle(5.0) == [] and pages.stats()["sessions"] == 0
+    assert pages.idle(5.0) == ["s3-page"] and pages.stats()["sessions"] == 1
 
 
 def test_the_idle_end_covers_every_tenant_only_when_it_has_a_timeout() -> None:
-    clock = _Clock()
+    clock = FakeClock(0.0)
     never = TenantSessionPages(clock=clock)
     never.read("acme", "chat", ["acme-page"])
     clock.now = 1e9
@@ -284,7 +279,7 @@ def test_the_idle_end_covers_every_tenant_only_when_it_has_a_timeout() -> None:
     clock.now += 30.0
     assert tracker.idle_ended() == ["globex-page", "globex-page-2"]
     assert tracker.live("acme", "chat") and tracker.live("globex", "chat")
-    for bad in (0.0, -1.0):
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="idle_end_s"):
             TenantSessionPages(idle_end_s=bad)
 

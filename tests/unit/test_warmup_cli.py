@@ -53,10 +53,12 @@ def test_plan_only_json_is_a_valid_plan(lake_dir: Path) -> None:
     # No MLflow store in this cwd: no champion, and the summary says what was used instead.
     assert summary["forecaster"] is None
     assert summary["fallback"].startswith("no MLflow store at sqlite:///mlruns/mlflow.db")
-    # Which keys: the hot-set combination of the frequency experts, with no champion among them
+    # Which keys: the hot-set combination of the frequency experts, with no champion among them;
+    # how many requests: the heat's
     assert set(summary["hot_set"]["weights"]) == {
         "last_window", "ewma_frequency", "decayed_frequency"
     }  # fmt: skip
+    assert summary["hot_set"]["volume"] == "heat"
     assert set(plan["source"]) <= {"hotset", "heat"} and "hotset" in set(plan["source"])
     assert set(plan["kind"]) >= {"kv_prefix"}
     assert all(row["reason"].startswith("next best: score") for row in document["excluded"])

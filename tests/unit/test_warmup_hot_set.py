@@ -128,6 +128,40 @@ def test_a_champion_that_cannot_forecast_the_demand_is_left_out_with_a_note() ->
     assert found.notes and found.notes[0].startswith("champion preheat-forecaster v7 left out")
 
 
+def test_a_champion_saved_without_the_end_of_its_training_is_left_out() -> None:
+    """Models saved before 2026-12-02 have no `fit_end`: no window is known to be unseen."""
+    demand = _demand(60)
+    ranker = _ranker(demand, 50)
+    legacy = dataclasses.replace(
+        ranker, forecaster=dataclasses.replace(ranker.forecaster, fit_end="")
+    )
+    found = hot_set(demand, legacy)
+    assert found is not None and set(found.weights) == FREQUENCY_EXPERTS
+    assert "without the end of its training" in found.notes[0]
+
+
+def test_for_past_windows_the_champion_names_only_the_keys_it_named_before_them() -> None:
+    """It names its top K by recent demand: a key hot only in the windows the weights learn
+    from must not be named for them, or the champion would be credited with foreseeing it."""
+    demand = _demand(60)
+    ranker = _ranker(demand, 50)
+    cutoff = START + WIDTH * 54  # `rising` is hot from bucket 54 on
+    now, before = ranker.panel(demand), ranker.panel(demand, named_before=cutoff)
+    assert "template:rising" in set(now.keys) and "template:rising" not in set(before.keys)
+    assert before.starts.equals(now.starts)  # every bucket, so any origin can be forecast
+    row = {name: i for i, name in enumerate(before.keys)}, {n: i for i, n in enumerate(now.keys)}
+    k0 = "template:k0"
+    np.testing.assert_array_equal(before.counts[row[0][k0]], now.counts[row[1][k0]])
+
+
+def test_expected_counts_are_rounded_to_requests() -> None:
+    """`DemandSeries` allows any count >= 0 (a resampled trace's expected counts)."""
+    demand = _demand(60)
+    demand["count"] = demand["count"] * 0.5 + 0.25
+    found = hot_set(demand)
+    assert found is not None and found.shares["share"].sum() == pytest.approx(1.0)
+
+
 def _requests(demand: pd.DataFrame) -> pd.DataFrame:
     """One request per key of the last bucket, each template on its own blocks."""
     last = demand[(demand["bucket_start"] == demand["bucket_start"].max())]
