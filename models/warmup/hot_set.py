@@ -59,12 +59,14 @@ class HotSet:
     weights: dict[str, float]  # each expert's weight in the combination
     windows: int  # the windows the weights learned from
     granularity: str
+    bucket_start: pd.Timestamp  # the bucket the shares are for: the one after the demand's last
     notes: tuple[str, ...] = ()  # why an expert is not in it
 
     def summary(self) -> dict[str, Any]:
         """What a plan's summary says about it (the Prefect UI shows the summary)."""
         return {
             "granularity": self.granularity,
+            "bucket_start": self.bucket_start.isoformat(),
             "weights": {name: round(weight, 4) for name, weight in self.weights.items()},
             "windows": self.windows,
             "keys": len(self.shares),
@@ -198,7 +200,9 @@ def _combine(demand: pd.DataFrame, champion: LearnedRanker | None, k: int) -> Ho
         raise ValueError(f"the hot set reads one granularity, got {sorted(granularities)}")
     granularity = str(granularities[0])
     width = pd.Timedelta(seconds=GRANULARITIES[granularity])
-    first, last = demand["bucket_start"].min(), demand["bucket_start"].max()
+    # the windows end where the demand does (a last bucket of requests without a key included),
+    # so the next window is the bucket the champion's forecast starts with
+    first, last = demand["bucket_start"].min(), full["bucket_start"].max()
     start = max(first, last - width * (FIT_WINDOWS + WEIGHT_WINDOWS - 1))
     recent = demand[demand["bucket_start"] >= start]
     past = int((last - start) // width) + 1  # windows 0..past-1 have actuals; `past` is next
@@ -236,7 +240,8 @@ def _combine(demand: pd.DataFrame, champion: LearnedRanker | None, k: int) -> Ho
         }
     )
     weights = dict(zip(combination.names, combination.weights(kw, past).tolist(), strict=True))
-    return HotSet(shares[shares["share"] > 0].reset_index(drop=True), weights, weigh, granularity)
+    shares = shares[shares["share"] > 0].reset_index(drop=True)
+    return HotSet(shares, weights, weigh, granularity, last + width)
 
 
 def _trained_until(champion: LearnedRanker, start: pd.Timestamp, width: pd.Timedelta) -> int:

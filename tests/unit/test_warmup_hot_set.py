@@ -79,6 +79,7 @@ def test_the_shares_cover_every_keyed_request_and_rank_the_rising_key_first() ->
     assert set(found.weights) == FREQUENCY_EXPERTS
     assert sum(found.weights.values()) == pytest.approx(1.0)
     assert found.windows == WEIGHT_WINDOWS and found.granularity == "3min"
+    assert found.bucket_start == START + 60 * WIDTH  # the bucket after the demand's last
     assert found.summary()["keys"] == len(found.shares)
 
 
@@ -88,6 +89,18 @@ def test_a_history_too_short_for_the_weights_and_a_fit_gives_no_hot_set() -> Non
     assert hot_set(_demand(enough)) is not None
     long = hot_set(_demand(FIT_WINDOWS + WEIGHT_WINDOWS + 50))  # older buckets are not read
     assert long is not None and long.windows == WEIGHT_WINDOWS
+
+
+def test_the_shares_are_for_the_bucket_after_the_last_one_even_without_keyed_requests() -> None:
+    """A last bucket whose requests had no key still ends the windows: the next window is the
+    bucket the champion's forecast starts with, not one already past."""
+    demand = _demand(60)
+    quiet = pd.DataFrame(
+        {"tenant": ["acme"], "key": [TOTAL_KEY], "granularity": ["3min"],
+         "bucket_start": [START + 60 * WIDTH], "count": [2.0]}
+    )  # fmt: skip
+    found = hot_set(pd.concat([demand, quiet], ignore_index=True))
+    assert found is not None and found.bucket_start == START + 61 * WIDTH
 
 
 def test_demand_of_two_granularities_is_refused() -> None:
