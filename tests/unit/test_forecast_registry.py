@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import DEMAND_START, demand_from_rows
 
-from data_contracts import CONTRACT_VERSION, DemandSeries, KeyForecast
+from data_contracts import CONTRACT_VERSION, KeyForecast
 from models.forecast.attention import AttentionConfig, train_module
 from models.forecast.gating import evaluate_on_window, promotion_decision
 from models.forecast.panel import OTHER_KEY, TOTAL_KEY, KeyPanel, PanelForecaster
@@ -20,17 +21,9 @@ from models.forecast.registry import (
     save_panel_forecaster,
 )
 
-START = pd.Timestamp("2024-03-04T00:00:00Z")
+START = pd.Timestamp(DEMAND_START)
 WIDTH = pd.Timedelta(minutes=3)
 CONFIG = AttentionConfig(epochs=1, context=4, scales=(1, 2), horizon=2, d_model=8, heads=2)
-
-
-def _demand(rows: list[tuple[str, str, int, float]]) -> pd.DataFrame:
-    """DemandSeries from (tenant, key, bucket index, count) tuples, 3 min buckets."""
-    frame = pd.DataFrame(rows, columns=["tenant", "key", "bucket", "count"])
-    frame.insert(2, "granularity", "3min")
-    frame.insert(3, "bucket_start", START + frame.pop("bucket") * WIDTH)
-    return DemandSeries.validate(frame, lazy=True)
 
 
 def _noisy_demand(buckets: int = 24, seed: int = 0) -> pd.DataFrame:
@@ -41,7 +34,7 @@ def _noisy_demand(buckets: int = 24, seed: int = 0) -> pd.DataFrame:
             counts = rng.poisson(rates)
             rows += [(tenant, f"template:k{i}", t, float(c)) for i, c in enumerate(counts) if c]
             rows.append((tenant, TOTAL_KEY, t, float(counts.sum() + 1)))
-    return _demand(rows)
+    return demand_from_rows(rows)
 
 
 def test_round_trip_of_a_baseline_forecaster_keeps_its_forecasts(tmp_path: Path) -> None:
@@ -135,15 +128,16 @@ def test_evaluate_on_window_by_hand() -> None:
     seen: list[pd.Timestamp] = []
     origins = [START + WIDTH, START + 2 * WIDTH]
 
-    mae = evaluate_on_window(_fixed_allocation(seen), _demand(TINY), origins, horizon=2)
+    mae = evaluate_on_window(_fixed_allocation(seen), demand_from_rows(TINY), origins, horizon=2)
 
     assert mae == pytest.approx(22 / 8)
     assert seen == [START, START + WIDTH]  # each call saw only the buckets before its origin
 
 
 def test_evaluate_on_window_refuses_a_forecast_shorter_than_the_horizon() -> None:
+    demand = demand_from_rows(TINY)
     with pytest.raises(ValueError, match="covers 2 steps, not 3"):
-        evaluate_on_window(_fixed_allocation([]), _demand(TINY), [START + WIDTH], horizon=3)
+        evaluate_on_window(_fixed_allocation([]), demand, [START + WIDTH], horizon=3)
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import DEMAND_START, demand_from_rows
 
-from data_contracts import TOTAL_KEY, DemandSeries, RequestLog
+from data_contracts import TOTAL_KEY, RequestLog
 from models.forecast.attention import AttentionConfig
 from models.forecast.hotset import KeyWindows
 from models.forecast.panel import PanelForecaster
@@ -24,7 +25,7 @@ from models.warmup.hot_set import (
     hot_set,
 )
 
-START = pd.Timestamp("2024-03-04T00:00:00Z")
+START = pd.Timestamp(DEMAND_START)
 WIDTH = pd.Timedelta(minutes=3)
 TINY = AttentionConfig(epochs=1, context=4, scales=(1, 2), horizon=2, d_model=8, heads=2)
 FREQUENCY_EXPERTS = {"last_window", "ewma_frequency", "decayed_frequency"}
@@ -47,10 +48,7 @@ def _demand(buckets: int, seed: int = 0) -> pd.DataFrame:
         rows += [("acme", key, t, c) for key, c in counts.items() if c]
         rows.append(("acme", TOTAL_KEY, t, sum(counts.values())))
         rows += [("globex", "template:g", t, 4), ("globex", TOTAL_KEY, t, 4)]
-    frame = pd.DataFrame(rows, columns=["tenant", "key", "bucket", "count"])
-    frame.insert(2, "granularity", "3min")
-    frame.insert(3, "bucket_start", START + frame.pop("bucket") * WIDTH)
-    return DemandSeries.validate(frame.astype({"count": "float64"}), lazy=True)
+    return demand_from_rows(rows)
 
 
 def test_key_windows_from_counts_place_each_request_in_its_window_and_keep_empty_ones() -> None:
