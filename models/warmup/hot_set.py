@@ -86,19 +86,22 @@ def frequency_experts(k: int) -> dict[str, Callable[[], HotsetScorer]]:
 
 @dataclass(frozen=True)
 class LearnedRanker:
-    """The registered per-key forecaster as the hot set uses it: the model and the panel it
-    reads (its top K keys by the last `recent` buckets, and "other")."""
+    """The registered per-key forecaster as the hot set uses it: the model, the panel it reads
+    (its top K keys by the last `recent` buckets, and "other") and its forecast after the
+    demand, which the planner has already made (`prepare.load_forecast`)."""
 
     forecaster: PanelForecaster
     top_k: int
     recent: int
     label: str  # e.g. "preheat-forecaster v3"
+    forecast: pd.DataFrame  # KeyForecast: the next buckets, with its current weights
 
     @classmethod
-    def of(cls, champion: Champion) -> LearnedRanker:
+    def of(cls, champion: Champion, forecast: pd.DataFrame) -> LearnedRanker:
         meta = champion.meta
         label = f"{champion.name} v{champion.version}"
-        return cls(champion.forecaster, int(meta["top_k"]), int(meta["recent"]), label)
+        top_k, recent = int(meta["top_k"]), int(meta["recent"])
+        return cls(champion.forecaster, top_k, recent, label, forecast)
 
     def panel(self, demand: pd.DataFrame, named_before: pd.Timestamp | None = None) -> KeyPanel:
         """`demand` as the champion reads it. With `named_before`, the keys it would have named
@@ -110,36 +113,18 @@ class LearnedRanker:
         """
         from models.forecast.panel import OTHER_KEY, KeyPanel
 
-        panel = KeyPanel.from_demand(demand, self.top_k, self.recent)
         if named_before is None:
-            return panel
+            return KeyPanel.from_demand(demand, self.top_k, self.recent)
         earlier = demand[demand["bucket_start"] < named_before]
         named = KeyPanel.from_demand(earlier, self.top_k, self.recent)
         keep = {(t, k) for t, k in zip(named.tenants, named.keys, strict=True) if k != OTHER_KEY}
         pairs = pd.MultiIndex.from_frame(demand[["tenant", "key"]].astype(object))
         rows = demand[(demand["key"] == TOTAL_KEY).to_numpy() | pairs.isin(keep)]
         before = KeyPanel.from_demand(rows, self.top_k, self.recent)
-        if not before.starts.equals(panel.starts):
+        spans = (demand["bucket_start"].min(), demand["bucket_start"].max())
+        if (before.starts[0], before.starts[-1]) != spans:
             raise ValueError("the keys named earlier do not span the demand's buckets")
         return before
-
-
-@dataclass(frozen=True)
-class PanelView:
-    """One panel of the champion, placed on the hot set's windows."""
-
-    panel: KeyPanel
-    codes: np.ndarray  # (rows,) each panel row's key code in the windows; -1: none ("other")
-    offset: int  # the panel's bucket of window 0
-
-    def scores(
-        self, forecaster: PanelForecaster, kw: KeyWindows, w: int, weights: dict[str, float]
-    ) -> np.ndarray:
-        predicted = forecaster.forecast_counts(self.panel.counts, w + self.offset, weights)
-        out = np.zeros(kw.n_keys)
-        named = self.codes >= 0
-        out[self.codes[named]] = np.clip(predicted[named, 0], 0.0, None)  # (K, H) -> step 1
-        return out
 
 
 class ChampionExpert:
@@ -149,21 +134,36 @@ class ChampionExpert:
     Nothing of a past window may have reached its forecast: the forecast reads only the buckets
     before it (`PanelForecaster.forecast_counts`), with the weights of the champion's own fit
     (its current ones have learned from the past windows' actuals), for the keys the champion
-    would have named before the windows the weights learn from (`past`: it names its top K by
+    would have named before the windows the weights learn from (`panel`: it names its top K by
     their recent demand, and a key hot only in those windows must not be named for them). The
-    next window gets what the planner's forecast gets: today's keys and current weights."""
+    next window (`next_window`, scored `next_scores`) gets what the planner's forecast gives:
+    today's keys and current weights."""
 
-    def __init__(self, forecaster: PanelForecaster, past: PanelView, now: PanelView) -> None:
-        self.forecaster, self.past, self.now = forecaster, past, now
-        self.current = forecaster.current_weights(now.panel)
+    def __init__(
+        self,
+        forecaster: PanelForecaster,
+        panel: KeyPanel,
+        codes: np.ndarray,
+        offset: int,
+        next_window: int,
+        next_scores: np.ndarray,
+    ) -> None:
+        self.forecaster, self.panel, self.offset = forecaster, panel, offset
+        self.codes = codes  # (rows,) each panel row's key code in the windows; -1: none
+        self.next_window, self.next_scores = next_window, next_scores  # (n_keys,)
 
     def fit(self, kw: KeyWindows, until: int) -> ChampionExpert:
         return self
 
     def scores(self, kw: KeyWindows, w: int) -> np.ndarray:
-        if w + self.now.offset >= self.now.panel.counts.shape[1]:  # the next window
-            return self.now.scores(self.forecaster, kw, w, self.current)
-        return self.past.scores(self.forecaster, kw, w, self.forecaster.weights)
+        if w >= self.next_window:
+            return self.next_scores
+        weights = self.forecaster.weights
+        predicted = self.forecaster.forecast_counts(self.panel.counts, w + self.offset, weights)
+        out = np.zeros(kw.n_keys)
+        named = self.codes >= 0
+        out[self.codes[named]] = np.clip(predicted[named, 0], 0.0, None)  # (K, H) -> step 1
+        return out
 
 
 def hot_set(
@@ -219,12 +219,7 @@ def _combine(demand: pd.DataFrame, champion: LearnedRanker | None, k: int) -> Ho
     if past - weigh < MIN_FIT_WINDOWS:
         return None
     if champion is not None:
-        cutoff = start + width * (past - weigh)  # the first window the weights learn from
-        views = [
-            _view(champion.panel(full, named_before), names, kw, start, width)
-            for named_before in (cutoff, None)
-        ]
-        expert = ChampionExpert(champion.forecaster, *views)
+        expert = _champion_expert(champion, full, names, kw, start, width, past - weigh)
         experts["champion"] = lambda: expert
     combination = PreheatHotset(k, experts, val_windows=weigh).fit(kw, past)
     mixed = combination.scores(kw, past)  # (n_keys,) shares of the next window
@@ -257,18 +252,39 @@ def _trained_until(champion: LearnedRanker, start: pd.Timestamp, width: pd.Timed
     return int(np.ceil((fit_end - start) / width))
 
 
-def _view(
-    panel: KeyPanel,
+def _champion_expert(
+    champion: LearnedRanker,
+    demand: pd.DataFrame,
     names: pd.MultiIndex,
     kw: KeyWindows,
     start: pd.Timestamp,
     width: pd.Timedelta,
-) -> PanelView:
-    """`panel` on the windows of `kw`: each row's key code, and the bucket of window 0. The
-    panel reads every bucket of the demand (`KeyPanel.from_demand`); only its rows differ."""
+    first_weighed: int,
+) -> ChampionExpert:
+    """The champion on the windows of `kw`: for past windows, the keys it named before the
+    first one the weights learn from; for the next, its forecast's first step.
+
+    Raises:
+        ValueError: its forecast does not start at the next window.
+    """
+    from models.forecast.panel import OTHER_KEY
+
     code_of = {names[i]: code for code, i in enumerate(kw.keys)}
+    panel = champion.panel(demand, named_before=start + width * first_weighed)
     codes = np.array(
         [code_of.get((t, key), -1) for t, key in zip(panel.tenants, panel.keys, strict=True)],
         dtype=np.int64,
     )
-    return PanelView(panel, codes, int((start - panel.starts[0]) // width))
+    following = champion.forecast[champion.forecast["step"] == 1]
+    next_bucket = start + width * (kw.n_windows - 1)
+    if not (following["bucket_start"] == next_bucket).all():
+        raise ValueError(f"its forecast does not start at the next bucket, {next_bucket}")
+    next_scores = np.zeros(kw.n_keys)
+    for tenant, key, predicted in zip(
+        following["tenant"], following["key"], following["predicted"], strict=True
+    ):
+        code = code_of.get((tenant, key), -1)
+        if key != OTHER_KEY and code >= 0:
+            next_scores[code] = max(float(predicted), 0.0)
+    offset = int((start - panel.starts[0]) // width)
+    return ChampionExpert(champion.forecaster, panel, codes, offset, kw.n_windows - 1, next_scores)

@@ -179,7 +179,7 @@ def plan_from_lake(data_dir: Path, mlflow_uri: str, options: PlanOptions) -> Pre
     )
     costs = CostModel(prefill_s_per_token=options.prefill_s_per_token)
     follows, boost = successor_boost(Path(data_dir), options.follow_boost)
-    ranker = None if champion is None else LearnedRanker.of(champion)
+    ranker = None if champion is None or forecast is None else LearnedRanker.of(champion, forecast)
     hot, no_hot_set = _hot_set(demand, ranker)
     candidates = build_candidates(
         requests, forecast, demand, costs, follows=follows,

@@ -113,7 +113,8 @@ def _ranker(demand: pd.DataFrame, trained_buckets: int) -> LearnedRanker:
 
     panel = KeyPanel.from_demand(demand, top_k=5, recent=10)
     forecaster = PanelForecaster(TINY).fit(panel, until=trained_buckets)
-    return LearnedRanker(forecaster, top_k=5, recent=10, label="preheat-forecaster v7")
+    forecast = forecaster.forecast(panel)  # what the planner's `load_forecast` gives it
+    return LearnedRanker(forecaster, 5, 10, "preheat-forecaster v7", forecast)
 
 
 def test_the_champion_is_weighed_only_on_windows_after_its_training() -> None:
@@ -149,6 +150,16 @@ def test_a_champion_saved_without_the_end_of_its_training_is_left_out() -> None:
     found = hot_set(demand, legacy)
     assert found is not None and set(found.weights) == FREQUENCY_EXPERTS
     assert "without the end of its training" in found.notes[0]
+
+
+def test_a_champion_forecast_of_another_bucket_is_left_out() -> None:
+    """The next window takes the planner's forecast as made: it must be of that window."""
+    demand = _demand(60)
+    ranker = _ranker(demand, 50)
+    late = ranker.forecast.assign(bucket_start=ranker.forecast["bucket_start"] + WIDTH)
+    found = hot_set(demand, dataclasses.replace(ranker, forecast=late))
+    assert found is not None and set(found.weights) == FREQUENCY_EXPERTS
+    assert "does not start at the next bucket" in found.notes[0]
 
 
 def test_for_past_windows_the_champion_names_only_the_keys_it_named_before_them() -> None:
