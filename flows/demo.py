@@ -59,7 +59,11 @@ def _forecast_stage(settings: Settings) -> dict:
     hottest = predicted_hottest(settings)
     return {
         key: result[key] for key in ("version", "promoted", "reason", "chosen", "tail_coverage")
-    } | {"eval_mae": result["eval_mae"], "predicted_hottest": hottest}
+    } | {
+        "eval_mae": result["eval_mae"],
+        "hotset_recall": {name: round(v, 4) for name, v in result["hotset_recall"].items()},
+        "predicted_hottest": hottest,
+    }
 
 
 def _heat_stage(settings: Settings) -> dict:

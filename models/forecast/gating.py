@@ -2,7 +2,8 @@
 
 A candidate, the current champion and the per-key baselines each forecast from every origin of
 the evaluation window, seeing only the demand before it; `evaluate_on_window` scores the
-per-key allocation, and `promotion_decision` turns the numbers into a yes/no with a reason.
+per-key allocation, `models.warmup.hot_set.recall_on_window` what the same forecasts make of
+the planner's hot set, and `promotion_decision` turns the numbers into a yes/no with a reason.
 """
 
 from __future__ import annotations
@@ -126,13 +127,20 @@ def evaluate_on_window(
 
 
 def promotion_decision(
-    candidate: float, champion: float | None, best_baseline: float
+    candidate: float,
+    champion: float | None,
+    best_baseline: float,
+    hot_set: tuple[float, float] | None = None,
 ) -> tuple[bool, str]:
-    """Promote iff strictly better than the champion (if any) and no worse than every baseline.
+    """Promote iff strictly better than the champion (if any), no worse than every baseline, and,
+    when `hot_set` is given, not making the planner's hot set recall fewer requests.
 
     Strictly, so re-training an identical model does not churn the alias; "no worse" against
     the baselines, because a candidate that *is* the best baseline is a legitimate champion.
-    The reason names every failed condition and the numbers, on one line.
+    `hot_set`: the planner's recall with the candidate and with the champion as its learned
+    expert (`models.warmup.hot_set.recall_on_window`): the alias decides which model the planner
+    ranks keys with, and a lower per-key error can still name a worse top K. The reason names
+    every failed condition and the numbers, on one line.
     """
     numbers = f"candidate {candidate:.4f}, best baseline {best_baseline:.4f}"
     failed = [] if candidate <= best_baseline else ["worse than the best per-key baseline"]
@@ -140,6 +148,14 @@ def promotion_decision(
         numbers += f", champion {champion:.4f}"
         if not candidate < champion:
             failed.insert(0, "not better than the champion")
+    if hot_set is not None:
+        with_candidate, with_champion = hot_set
+        numbers += (
+            f"; hot-set recall with the candidate {with_candidate:.4f}, "
+            f"with the champion {with_champion:.4f}"
+        )
+        if with_candidate < with_champion:
+            failed.append("the planner's hot set recalls fewer requests with it")
     if failed:
         return False, f"rejected: {'; '.join(failed)} ({numbers})"
     why = "first champion" if champion is None else "beats the champion"

@@ -73,12 +73,16 @@ class PreheatHotset:
         candidates: dict[str, Callable[[], HotsetScorer]] | None = None,
         val_windows: int = 3,
         share: float = HOTSET_SHARE,
+        memory: int | None = None,
     ) -> None:
         if not 0 < share < 1:
             raise ValueError(f"share must be in (0, 1), got {share}")
+        if memory is not None and memory < 1:
+            raise ValueError(f"memory must be at least 1 window, got {memory}")
         if candidates is not None and not candidates:
             raise ValueError("combine at least one hot-set expert")
         self.k, self.val_windows, self.share = k, val_windows, share
+        self.memory = memory  # the weights learn from at most this many windows before w
         self.candidates = hotset_experts(k) if candidates is None else candidates
         self.chosen = "adahedge"
         self.notes: list[str] = []
@@ -137,10 +141,12 @@ class PreheatHotset:
 
     def weights(self, kw: KeyWindows, w: int) -> np.ndarray:
         """(M,) the experts' weights at window w, from windows val_start..w-1 (those with
-        requests: an idle window says nothing about who ranks better)."""
+        requests: an idle window says nothing about who ranks better), the last `memory` of
+        them when it is set."""
         self._check(kw)
         hedge = AdaHedge(len(self.names), self.share, prune=False)
-        for past in range(self._val_start, w):
+        first = self._val_start if self.memory is None else max(self._val_start, w - self.memory)
+        for past in range(first, w):
             loss = self._loss(kw, past)
             if loss is not None:
                 hedge.update(check_losses(loss[None, :])[0])

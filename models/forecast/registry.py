@@ -2,8 +2,9 @@
 
 A fitted `PanelForecaster` is saved as a self-describing directory (`saved.py`), wrapped as an
 MLflow pyfunc and registered as `preheat-forecaster`. The alias `champion` moves to a new version
-only when it beats the current champion on the same evaluation window and is no worse than the
-best per-key baseline there; a rejected version stays registered, tagged with the numbers.
+only when it beats the current champion on the same evaluation window, is no worse than the
+best per-key baseline there, and does not make the warm-up planner's hot set recall fewer
+requests than the champion does; a rejected version stays registered, tagged with the numbers.
 
 The registered model is the one fitted on the train part, i.e. exactly what the gate measured.
 Rejected: refitting on every bucket after gating, because the registry would then hold a model
@@ -52,6 +53,7 @@ from models.forecast.saved import (
     save_panel_forecaster,
 )
 from models.tracking import alias_version
+from models.warmup.hot_set import recall_on_window
 
 __all__ = [
     "CHAMPION",
@@ -317,7 +319,11 @@ def train_and_register(
     fit (default `PanelForecaster(config)`; its own config wins), a seam for tests that need a
     known-bad candidate.
 
-    Returns run_id, version, promoted, reason, eval_mae (per method) and chosen.
+    The same forecasts also judge what the candidate makes of the warm-up planner's hot set
+    against the champion (`_hot_set_recall`), which the promotion requires too.
+
+    Returns run_id, version, promoted, reason, eval_mae (per method), chosen, tail_coverage and
+    hotset_recall (per `recall_on_window` figure; empty when the window cannot judge it).
     """
     demand = DemandSeries.validate(demand, lazy=True)
     forecaster = forecaster or PanelForecaster(config or AttentionConfig())
@@ -335,8 +341,12 @@ def train_and_register(
     eval_mae = {name: window_mae(f, demand, origins, horizon) for name, f in forecasts.items()}
     best_baseline = min(eval_mae[method] for method in PANEL_BASELINES)
     tail = tail_coverage_on_window(forecasts["candidate"], demand, origins, horizon)
+    hot_recall, hot_note = _hot_set_recall(forecasts, demand, origins)
+    hot_pair = None
+    if champion is not None and hot_recall:
+        hot_pair = (hot_recall["planner_with_candidate"], hot_recall["planner_with_champion"])
     promoted, reason = promotion_decision(
-        eval_mae["candidate"], eval_mae.get("champion"), best_baseline
+        eval_mae["candidate"], eval_mae.get("champion"), best_baseline, hot_pair
     )
     params = _run_params(train, eval_frac, horizon, len(origins), champion)
     figure = _forecast_figure(forecasts["candidate"], demand, origins)
@@ -346,11 +356,28 @@ def train_and_register(
     )  # fmt: skip
     if np.isfinite(tail):
         client.log_metric(run_id, "tail_coverage", tail)
+    for name, recall in hot_recall.items():
+        client.log_metric(run_id, f"hotset_recall.{name}", recall)
+    if hot_note:
+        client.set_tag(run_id, "hotset_recall", hot_note)
     _apply_decision(client, run_id, version, promoted, reason)
     return dict(
         run_id=run_id, version=version, promoted=promoted, reason=reason, eval_mae=eval_mae,
-        chosen=forecaster.chosen, tail_coverage=tail,
+        chosen=forecaster.chosen, tail_coverage=tail, hotset_recall=hot_recall,
     )  # fmt: skip
+
+
+def _hot_set_recall(
+    forecasts: dict[str, list[pd.DataFrame]], demand: pd.DataFrame, origins: pd.DatetimeIndex
+) -> tuple[dict[str, float], str | None]:
+    """The planner's hot-set recall over the window with the candidate, and with the champion,
+    as its learned expert (`recall_on_window`, from the forecasts the error was scored on), or
+    no figures and why the window cannot say (e.g. too few buckets before it)."""
+    learned = {name: forecasts[name] for name in ("candidate", "champion") if name in forecasts}
+    try:
+        return recall_on_window(demand, learned, origins), None
+    except ValueError as err:
+        return {}, f"not judged: {err}"
 
 
 def _run_params(

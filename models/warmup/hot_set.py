@@ -18,12 +18,16 @@ them again from the lake, so they follow the actuals as they arrive.
 
 What the planner takes is each key's share of the next window's requests (the combined scores,
 which sum to 1); how many requests come is `candidates`' question.
+
+`recall_on_window` asks the registry's gate's question of the same combination: how many of an
+evaluation window's requests it would have held with a candidate forecaster as its learned
+expert, against the champion (the alias decides which one the planner ranks with).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +41,7 @@ from models.forecast.hotset import (
     HotsetScorer,
     KeyWindows,
     LastWindow,
+    mean_metrics,
 )
 from models.forecast.hotset_combination import PreheatHotset
 
@@ -188,30 +193,48 @@ def hot_set(
     return _combine(demand, None, k)
 
 
+def _keyed(demand: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """(the requests of named keys, their granularity). Counts are requests; an expected count
+    (a resampled trace's) is rounded to whole ones.
+
+    Raises:
+        ValueError: the demand mixes granularities.
+    """
+    keyed = demand[demand["key"] != TOTAL_KEY].assign(count=np.rint(demand["count"]))
+    keyed = keyed[keyed["count"] >= 1]
+    granularities = keyed["granularity"].unique()
+    if len(granularities) > 1:
+        raise ValueError(f"the hot set reads one granularity, got {sorted(granularities)}")
+    return keyed, str(granularities[0]) if len(granularities) else ""
+
+
+def _windows(
+    keyed: pd.DataFrame, start: pd.Timestamp, width: pd.Timedelta, n_windows: int
+) -> tuple[KeyWindows, pd.MultiIndex]:
+    """The keyed requests from `start` on, in `n_windows` windows of one bucket, and the
+    (tenant, key) of each factorised id."""
+    recent = keyed[keyed["bucket_start"] >= start]
+    pairs = pd.MultiIndex.from_frame(recent[_KEYS].astype(object))
+    ids, names = pd.factorize(pairs)
+    kw = KeyWindows.from_counts(
+        ((recent["bucket_start"] - start) // width).to_numpy(), ids,
+        recent["count"].to_numpy(), width.total_seconds(), start.timestamp(), n_windows,
+    )  # fmt: skip
+    return kw, names
+
+
 def _combine(demand: pd.DataFrame, champion: LearnedRanker | None, k: int) -> HotSet | None:
-    # Counts are requests; an expected count (a resampled trace's) is rounded to whole ones.
     full = demand
-    demand = demand[demand["key"] != TOTAL_KEY].assign(count=np.rint(demand["count"]))
-    demand = demand[demand["count"] >= 1]
+    demand, granularity = _keyed(demand)
     if demand.empty:
         return None
-    granularities = demand["granularity"].unique()
-    if len(granularities) != 1:
-        raise ValueError(f"the hot set reads one granularity, got {sorted(granularities)}")
-    granularity = str(granularities[0])
     width = pd.Timedelta(seconds=GRANULARITIES[granularity])
     # the windows end where the demand does (a last bucket of requests without a key included),
     # so the next window is the bucket the champion's forecast starts with
     first, last = demand["bucket_start"].min(), full["bucket_start"].max()
     start = max(first, last - width * (FIT_WINDOWS + WEIGHT_WINDOWS - 1))
-    recent = demand[demand["bucket_start"] >= start]
     past = int((last - start) // width) + 1  # windows 0..past-1 have actuals; `past` is next
-    pairs = pd.MultiIndex.from_frame(recent[_KEYS].astype(object))
-    ids, names = pd.factorize(pairs)
-    kw = KeyWindows.from_counts(
-        ((recent["bucket_start"] - start) // width).to_numpy(), ids,
-        recent["count"].to_numpy(), width.total_seconds(), start.timestamp(), past + 1,
-    )  # fmt: skip
+    kw, names = _windows(demand, start, width, past + 1)
     experts: dict[str, Callable[[], HotsetScorer]] = frequency_experts(k)
     weigh = WEIGHT_WINDOWS
     if champion is not None:
@@ -288,3 +311,93 @@ def _champion_expert(
             next_scores[code] = max(float(predicted), 0.0)
     offset = int((start - panel.starts[0]) // width)
     return ChampionExpert(champion.forecaster, panel, codes, offset, kw.n_windows - 1, next_scores)
+
+
+class ForecastScores:
+    """A learned expert replayed from forecasts already made: window w's scores are the first
+    step of the forecast made at w's start (from the buckets before it only: the gate's rolling
+    forecasts). A key the forecast does not name one by one, or a window without a forecast,
+    scores 0. Nothing to fit."""
+
+    def __init__(self, by_window: dict[int, np.ndarray]) -> None:
+        self.by_window = by_window  # window -> (n_keys,) step-1 forecast per key code
+
+    def fit(self, kw: KeyWindows, until: int) -> ForecastScores:
+        return self
+
+    def scores(self, kw: KeyWindows, w: int) -> np.ndarray:
+        return self.by_window.get(w, np.zeros(kw.n_keys))
+
+
+def recall_on_window(
+    demand: pd.DataFrame,
+    forecasts: Mapping[str, Sequence[pd.DataFrame]],
+    origins: Sequence[pd.Timestamp],
+    k: int = HOT_K,
+) -> dict[str, float]:
+    """The registry gate's hot-set question: with each model as the planner's learned expert,
+    what share of each origin's bucket's requests the planner's hot set holds (mean over the
+    origins with requests).
+
+    `forecasts` maps a model's name to its `KeyForecast` at each origin, made from the buckets
+    before it. Each origin is one window of the combination: the frequency experts fit on the
+    `FIT_WINDOWS` buckets before the first origin, and the weights at an origin learn from the
+    origins before it (the last `WEIGHT_WINDOWS`), as the planner's learn only from buckets after
+    the champion's training ended, which is where the gate's window starts. Unlike the planner,
+    the frequency experts are not refitted at every origin: a bounded cost for a gate that runs
+    over a few hundred origins, and the same for every model judged.
+
+    Returns:
+        `frequency` (the planner without a learned expert) and, per model, its name (its own
+        top K, step 1) and `planner_with_<name>`.
+
+    Raises:
+        ValueError: origins that are not consecutive buckets, forecasts that are not one per
+            origin, or fewer than `MIN_FIT_WINDOWS` buckets of named keys before the first origin.
+    """
+    from models.forecast.panel import OTHER_KEY
+
+    demand = DemandSeries.validate(demand, lazy=True)
+    keyed, granularity = _keyed(demand)
+    origins = pd.DatetimeIndex(origins)
+    if keyed.empty or origins.empty:
+        raise ValueError("no requests of named keys, or no origin, to judge a hot set on")
+    width = pd.Timedelta(seconds=GRANULARITIES[granularity])
+    if (origins[1:] - origins[:-1] != width).any():
+        raise ValueError(f"the hot set is judged at consecutive buckets of {width}")
+    start = max(keyed["bucket_start"].min(), origins[0] - width * FIT_WINDOWS)
+    first = int((origins[0] - start) // width)
+    if first < MIN_FIT_WINDOWS:
+        raise ValueError(f"{first} buckets before the first origin, fewer than {MIN_FIT_WINDOWS}")
+    kw, names = _windows(
+        keyed[keyed["bucket_start"] <= origins[-1]], start, width, first + len(origins)
+    )
+    code_of = {names[i]: code for code, i in enumerate(kw.keys)}
+    learned: dict[str, ForecastScores] = {}
+    for name, per_origin in forecasts.items():
+        if len(per_origin) != len(origins):
+            raise ValueError(f"{name}: {len(per_origin)} forecasts for {len(origins)} origins")
+        by_window = {}
+        for w, forecast in enumerate(per_origin, start=first):
+            step = forecast[(forecast["step"] == 1) & (forecast["key"] != OTHER_KEY)]
+            scores = np.zeros(kw.n_keys)  # (n_keys,)
+            for tenant, key, predicted in zip(
+                step["tenant"], step["key"], step["predicted"], strict=True
+            ):
+                code = code_of.get((tenant, key), -1)
+                if code >= 0:
+                    scores[code] = max(float(predicted), 0.0)
+            by_window[w] = scores
+        learned[name] = ForecastScores(by_window)
+    windows = range(first, first + len(origins))
+
+    def planner(extra: dict[str, Callable[[], HotsetScorer]]) -> float:
+        experts = {**frequency_experts(k), **extra}
+        combination = PreheatHotset(k, experts, val_windows=0, memory=WEIGHT_WINDOWS)
+        return mean_metrics(kw, combination.fit(kw, first), k, windows)[1]
+
+    recall = {"frequency": planner({})}
+    for name, expert in learned.items():
+        recall[name] = mean_metrics(kw, expert, k, windows)[1]
+        recall[f"planner_with_{name}"] = planner({name: lambda expert=expert: expert})
+    return recall

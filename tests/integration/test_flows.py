@@ -155,6 +155,7 @@ def test_demo_runs_the_whole_pipeline(prefect_api: None, tmp_path: Path) -> None
     forecast = summary["forecast"]
     assert forecast["version"] == "1" and forecast["chosen"] and forecast["reason"]
     assert forecast["promoted"] == bool(forecast["predicted_hottest"])
+    assert set(forecast["hotset_recall"]) == {"frequency", "candidate", "planner_with_candidate"}
     assert summary["llm"] == {"champion": "1"}  # the tiny GPT-2, for `make serve` after the demo
     replay = summary["replay"]
     assert replay["on"]["warmup"]["items"] > 0 and replay["off"]["warmup"]["items"] == 0

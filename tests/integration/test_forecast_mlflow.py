@@ -33,6 +33,7 @@ from models.ingest.pipeline import ingest_file
 
 pytestmark = pytest.mark.integration
 
+LEARNED_ALONE = ("frequency", "candidate", "planner_with_candidate")
 CONFIG = AttentionConfig(epochs=3, context=8, scales=(1, 2, 4), horizon=3)
 START = pd.Timestamp("2024-03-04T00:00:00Z")
 STEADY = {  # tenant -> key -> requests per 3 min bucket; totals include unkeyed requests
@@ -96,6 +97,10 @@ def test_gating_promotes_rejects_and_moves_the_alias(store: str, tmp_path: Path)
     assert first["reason"].startswith("promoted: first champion")
     assert first["eval_mae"]["candidate"] == 0.0 and "champion" not in first["eval_mae"]
     assert first["tail_coverage"] == 1.0  # steady demand: every tail key exactly right
+    # steady demand, five keys, K 50: the planner's hot set holds every request; the model
+    # alone names its top 3 (template:a, x, b: 13 of the 16 keyed requests of a bucket)
+    assert first["hotset_recall"] == {**dict.fromkeys(LEARNED_ALONE, 1.0), "candidate": 13 / 16}
+    assert "hot-set recall" not in first["reason"]  # no champion to compare with
     champion = load_champion(store)
     forecast = champion.predict_per_key(demand)
     assert champion.version == "1" and len(forecast) == (3 + 2) * CONFIG.horizon
@@ -108,6 +113,16 @@ def test_gating_promotes_rejects_and_moves_the_alias(store: str, tmp_path: Path)
     assert (worse["version"], worse["promoted"], worse["chosen"]) == ("2", False, "attention")
     assert worse["eval_mae"]["champion"] == 0.0 < worse["eval_mae"]["candidate"]
     assert "not better than the champion" in worse["reason"]
+    recall = worse["hotset_recall"]
+    assert set(recall) == {*LEARNED_ALONE, "champion", "planner_with_champion"}
+    # the untrained model forecasts the panel's keys badly, but names the same three
+    assert recall["champion"] == recall["candidate"] == 13 / 16
+    assert recall["planner_with_champion"] == recall["planner_with_candidate"] == 1.0
+    assert f"with the champion {recall['planner_with_champion']:.4f}" in worse["reason"]
+    metrics = client.get_run(worse["run_id"]).data.metrics
+    assert {f"hotset_recall.{name}": value for name, value in recall.items()} == {
+        name: value for name, value in metrics.items() if name.startswith("hotset_recall.")
+    }
     for tags in _tags(client, worse):
         assert tags["promotion"] == "rejected" and tags["promotion_reason"] == worse["reason"]
     assert str(client.get_model_version_by_alias(MODEL_NAME, CHAMPION).version) == "1"

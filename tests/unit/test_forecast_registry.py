@@ -157,3 +157,23 @@ def test_promotion_decision(
 
     assert decided is promoted
     assert reason in why and "\n" not in why
+
+
+@pytest.mark.parametrize(
+    ("hot_set", "promoted", "reason"),
+    [
+        ((0.5, 0.5), True, "hot-set recall with the candidate 0.5000, with the champion 0.5000"),
+        ((0.6, 0.5), True, "promoted: beats the champion"),
+        ((0.4, 0.5), False, "rejected: the planner's hot set recalls fewer requests with it"),
+    ],
+)
+def test_promotion_requires_the_planner_s_hot_set_to_recall_no_fewer_requests(
+    hot_set: tuple[float, float], promoted: bool, reason: str
+) -> None:
+    decided, why = promotion_decision(0.9, 1.0, 0.95, hot_set)
+
+    assert decided is promoted
+    assert reason in why and "\n" not in why
+    worse = promotion_decision(1.1, 1.0, 0.95, hot_set)[1]
+    assert worse.startswith("rejected: not better than the champion; worse than the best")
+    assert ("the planner's hot set recalls fewer requests with it" in worse) is not promoted

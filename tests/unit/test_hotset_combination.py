@@ -87,3 +87,16 @@ def test_bad_experts_are_clear_errors() -> None:
 
     with pytest.raises(ValueError, match="broken left out: nothing to fit"):
         PreheatHotset(40, {"broken": Broken}, val_windows=4).fit(kw, until=8)
+
+
+def test_with_a_memory_the_weights_learn_from_the_last_windows_only() -> None:
+    kw = _two_regimes()
+    experts = {"early": lambda: _RightUntil(True), "late": lambda: _RightUntil(False)}
+    forgetful = PreheatHotset(20, experts, val_windows=4, memory=3).fit(kw, until=8)
+    recent = PreheatHotset(20, experts, val_windows=3).fit(kw, until=SWITCH + 5)
+    # three windows after the switch, the weights are those of a combination that began there
+    np.testing.assert_array_equal(forgetful.weights(kw, SWITCH + 5), recent.weights(kw, SWITCH + 5))
+    remembering = PreheatHotset(20, experts, val_windows=4).fit(kw, until=8)
+    assert forgetful.weights(kw, SWITCH + 2)[1] > remembering.weights(kw, SWITCH + 2)[1]
+    with pytest.raises(ValueError, match="memory must be at least 1"):
+        PreheatHotset(20, experts, memory=0)

@@ -23,6 +23,7 @@ from models.warmup.hot_set import (
     WEIGHT_WINDOWS,
     LearnedRanker,
     hot_set,
+    recall_on_window,
 )
 
 START = pd.Timestamp(DEMAND_START)
@@ -106,6 +107,65 @@ def test_demand_of_two_granularities_is_refused() -> None:
     demand.loc[demand.index[0], "granularity"] = "1h"
     with pytest.raises(ValueError, match="one granularity"):
         hot_set(demand)
+
+
+def _rotating(buckets: int) -> pd.DataFrame:
+    """One tenant at 3 min: every bucket a new template gets 10 requests, and one steady
+    template 1. No frequency expert can name the new one; a model that foresees it can."""
+    rows = []
+    for t in range(buckets):
+        rows += [("acme", f"template:new{t}", t, 10), ("acme", "template:steady", t, 1)]
+        rows.append(("acme", TOTAL_KEY, t, 11))
+    return demand_from_rows(rows)
+
+
+def _forecasts(origins: pd.DatetimeIndex, key_at) -> list[pd.DataFrame]:
+    """A forecast per origin naming `key_at(t)` (t: the origin's bucket) for its first step."""
+    return [
+        pd.DataFrame(
+            {
+                "tenant": ["acme"] * 2,
+                "key": [key_at((o - START) // WIDTH), "__other__"],
+                "step": [1, 1],
+                "predicted": [10.0, 1.0],
+            }
+        )
+        for o in origins
+    ]
+
+
+def test_the_gate_credits_the_planner_with_a_model_that_names_the_next_hot_key() -> None:
+    demand = _rotating(30)
+    origins = pd.date_range(START + 20 * WIDTH, periods=10, freq=WIDTH)
+    forecasts = {
+        "foreseeing": _forecasts(origins, lambda t: f"template:new{t}"),
+        "blind": _forecasts(origins, lambda t: "template:never"),
+    }
+
+    recall = recall_on_window(demand, forecasts, origins, k=1)
+
+    assert recall["frequency"] <= 1 / 11  # at best the steady template's 1 request of 11
+    assert recall["foreseeing"] == pytest.approx(10 / 11) and recall["blind"] == 0.0
+    # every origin but the first, where the weights are even and the others name new{t-1}
+    assert recall["planner_with_foreseeing"] == pytest.approx(9 / 10 * 10 / 11)
+    assert recall["planner_with_blind"] == pytest.approx(recall["frequency"])
+    # the window is what was seen before each origin: a later bucket's rows change nothing
+    later = demand_from_rows([("acme", "template:late", 40, 99)])
+    with_later = pd.concat([demand, later], ignore_index=True)
+    assert recall_on_window(with_later, forecasts, origins, k=1) == recall
+
+
+def test_the_gate_refuses_a_hot_set_it_cannot_judge() -> None:
+    demand = _rotating(30)
+    origins = pd.date_range(START + 20 * WIDTH, periods=3, freq=WIDTH)
+    one = {"model": _forecasts(origins, lambda t: "template:steady")}
+    with pytest.raises(ValueError, match="consecutive buckets"):
+        recall_on_window(demand, one, origins[[0, 2]])
+    with pytest.raises(ValueError, match="2 forecasts for 3 origins"):
+        recall_on_window(demand, {"model": one["model"][:2]}, origins)
+    early = pd.date_range(START + (MIN_FIT_WINDOWS - 1) * WIDTH, periods=3, freq=WIDTH)
+    with pytest.raises(ValueError, match=f"fewer than {MIN_FIT_WINDOWS}"):
+        recall_on_window(demand, one, early)
 
 
 def _ranker(demand: pd.DataFrame, trained_buckets: int) -> LearnedRanker:
