@@ -132,43 +132,21 @@ class LearnedRanker:
         return before
 
 
-class ChampionExpert:
-    """The champion's one-step forecast of the keys it names, as a hot-set scorer: a key it
-    does not forecast one by one (in "other") scores 0. Fitted already: `fit` changes nothing.
+class ForecastScores:
+    """A learned expert as a hot-set scorer: window w's scores are the first step of its
+    forecast made at w's start from the buckets before it only (the champion's in the planner,
+    `_champion_expert`; the gate's rolling forecasts in `recall_on_window`). A key it does not
+    forecast one by one (in "other"), or a window without a forecast, scores 0. Made already:
+    `fit` changes nothing."""
 
-    Nothing of a past window may have reached its forecast: the forecast reads only the buckets
-    before it (`PanelForecaster.forecast_counts`), with the weights of the champion's own fit
-    (its current ones have learned from the past windows' actuals), for the keys the champion
-    would have named before the windows the weights learn from (`panel`: it names its top K by
-    their recent demand, and a key hot only in those windows must not be named for them). The
-    next window (`next_window`, scored `next_scores`) gets what the planner's forecast gives:
-    today's keys and current weights."""
+    def __init__(self, by_window: dict[int, np.ndarray]) -> None:
+        self.by_window = by_window  # window -> (n_keys,) step-1 forecast per key code
 
-    def __init__(
-        self,
-        forecaster: PanelForecaster,
-        panel: KeyPanel,
-        codes: np.ndarray,
-        offset: int,
-        next_window: int,
-        next_scores: np.ndarray,
-    ) -> None:
-        self.forecaster, self.panel, self.offset = forecaster, panel, offset
-        self.codes = codes  # (rows,) each panel row's key code in the windows; -1: none
-        self.next_window, self.next_scores = next_window, next_scores  # (n_keys,)
-
-    def fit(self, kw: KeyWindows, until: int) -> ChampionExpert:
+    def fit(self, kw: KeyWindows, until: int) -> ForecastScores:
         return self
 
     def scores(self, kw: KeyWindows, w: int) -> np.ndarray:
-        if w >= self.next_window:
-            return self.next_scores
-        weights = self.forecaster.weights
-        predicted = self.forecaster.forecast_counts(self.panel.counts, w + self.offset, weights)
-        out = np.zeros(kw.n_keys)
-        named = self.codes >= 0
-        out[self.codes[named]] = np.clip(predicted[named, 0], 0.0, None)  # (K, H) -> step 1
-        return out
+        return self.by_window.get(w, np.zeros(kw.n_keys))
 
 
 def hot_set(
@@ -283,50 +261,60 @@ def _champion_expert(
     start: pd.Timestamp,
     width: pd.Timedelta,
     first_weighed: int,
-) -> ChampionExpert:
-    """The champion on the windows of `kw`: for past windows, the keys it named before the
-    first one the weights learn from; for the next, its forecast's first step.
+) -> ForecastScores:
+    """The champion on the windows of `kw` from `first_weighed` on. Nothing of a past window may
+    have reached its forecast: it reads only the buckets before the window
+    (`PanelForecaster.forecast_counts`), with the weights of the champion's own fit (its current
+    ones have learned from the past windows' actuals), for the keys it would have named before
+    the first window the weights learn from (`LearnedRanker.panel`: it names its top K by their
+    recent demand, and a key hot only in those windows must not count as foreseen). The next
+    window gets what the planner's forecast gives: today's keys and current weights.
 
     Raises:
         ValueError: its forecast does not start at the next window.
     """
-    from models.forecast.panel import OTHER_KEY
-
-    code_of = {names[i]: code for code, i in enumerate(kw.keys)}
+    code_of = _codes(names, kw)
+    following = champion.forecast[champion.forecast["step"] == 1]
+    next_window = kw.n_windows - 1
+    next_bucket = start + width * next_window
+    if not (following["bucket_start"] == next_bucket).all():
+        raise ValueError(f"its forecast does not start at the next bucket, {next_bucket}")
     panel = champion.panel(demand, named_before=start + width * first_weighed)
     codes = np.array(
         [code_of.get((t, key), -1) for t, key in zip(panel.tenants, panel.keys, strict=True)],
         dtype=np.int64,
-    )
-    following = champion.forecast[champion.forecast["step"] == 1]
-    next_bucket = start + width * (kw.n_windows - 1)
-    if not (following["bucket_start"] == next_bucket).all():
-        raise ValueError(f"its forecast does not start at the next bucket, {next_bucket}")
-    next_scores = np.zeros(kw.n_keys)
-    for tenant, key, predicted in zip(
-        following["tenant"], following["key"], following["predicted"], strict=True
-    ):
-        code = code_of.get((tenant, key), -1)
-        if key != OTHER_KEY and code >= 0:
-            next_scores[code] = max(float(predicted), 0.0)
+    )  # (panel rows,) each row's key code in the windows; -1: none
+    named = codes >= 0
     offset = int((start - panel.starts[0]) // width)
-    return ChampionExpert(champion.forecaster, panel, codes, offset, kw.n_windows - 1, next_scores)
+    forecaster = champion.forecaster
+    by_window = {next_window: _step_one_scores(champion.forecast, code_of, kw.n_keys)}
+    for w in range(first_weighed, next_window):
+        predicted = forecaster.forecast_counts(panel.counts, w + offset, forecaster.weights)
+        scores = np.zeros(kw.n_keys)
+        scores[codes[named]] = np.clip(predicted[named, 0], 0.0, None)  # (K, H) -> step 1
+        by_window[w] = scores
+    return ForecastScores(by_window)
 
 
-class ForecastScores:
-    """A learned expert replayed from forecasts already made: window w's scores are the first
-    step of the forecast made at w's start (from the buckets before it only: the gate's rolling
-    forecasts). A key the forecast does not name one by one, or a window without a forecast,
-    scores 0. Nothing to fit."""
+def _codes(names: pd.MultiIndex, kw: KeyWindows) -> dict[tuple[str, str], int]:
+    """(tenant, key) -> its code in `kw`'s windows."""
+    return {names[i]: code for code, i in enumerate(kw.keys)}
 
-    def __init__(self, by_window: dict[int, np.ndarray]) -> None:
-        self.by_window = by_window  # window -> (n_keys,) step-1 forecast per key code
 
-    def fit(self, kw: KeyWindows, until: int) -> ForecastScores:
-        return self
+def _step_one_scores(
+    forecast: pd.DataFrame, code_of: dict[tuple[str, str], int], n_keys: int
+) -> np.ndarray:
+    """(n_keys,) a `KeyForecast`'s first step per key code; 0 for a key it does not name one by
+    one (in "other") or that the windows do not hold."""
+    from models.forecast.panel import OTHER_KEY
 
-    def scores(self, kw: KeyWindows, w: int) -> np.ndarray:
-        return self.by_window.get(w, np.zeros(kw.n_keys))
+    step = forecast[(forecast["step"] == 1) & (forecast["key"] != OTHER_KEY)]
+    scores = np.zeros(n_keys)
+    for tenant, key, predicted in zip(step["tenant"], step["key"], step["predicted"], strict=True):
+        code = code_of.get((tenant, key), -1)
+        if code >= 0:
+            scores[code] = max(float(predicted), 0.0)
+    return scores
 
 
 def recall_on_window(
@@ -355,8 +343,6 @@ def recall_on_window(
         ValueError: origins that are not consecutive buckets, forecasts that are not one per
             origin, or fewer than `MIN_FIT_WINDOWS` buckets of named keys before the first origin.
     """
-    from models.forecast.panel import OTHER_KEY
-
     demand = DemandSeries.validate(demand, lazy=True)
     keyed, granularity = _keyed(demand)
     origins = pd.DatetimeIndex(origins)
@@ -372,23 +358,17 @@ def recall_on_window(
     kw, names = _windows(
         keyed[keyed["bucket_start"] <= origins[-1]], start, width, first + len(origins)
     )
-    code_of = {names[i]: code for code, i in enumerate(kw.keys)}
+    code_of = _codes(names, kw)
     learned: dict[str, ForecastScores] = {}
     for name, per_origin in forecasts.items():
         if len(per_origin) != len(origins):
             raise ValueError(f"{name}: {len(per_origin)} forecasts for {len(origins)} origins")
-        by_window = {}
-        for w, forecast in enumerate(per_origin, start=first):
-            step = forecast[(forecast["step"] == 1) & (forecast["key"] != OTHER_KEY)]
-            scores = np.zeros(kw.n_keys)  # (n_keys,)
-            for tenant, key, predicted in zip(
-                step["tenant"], step["key"], step["predicted"], strict=True
-            ):
-                code = code_of.get((tenant, key), -1)
-                if code >= 0:
-                    scores[code] = max(float(predicted), 0.0)
-            by_window[w] = scores
-        learned[name] = ForecastScores(by_window)
+        learned[name] = ForecastScores(
+            {
+                w: _step_one_scores(forecast, code_of, kw.n_keys)
+                for w, forecast in enumerate(per_origin, start=first)
+            }
+        )
     windows = range(first, first + len(origins))
 
     def planner(extra: dict[str, Callable[[], HotsetScorer]]) -> float:
