@@ -31,6 +31,7 @@ from pandera.typing import DataFrame
 from data_contracts import DemandSeries, KeyForecast
 from models.forecast.attention import AttentionConfig
 from models.forecast.gating import (
+    HotSetComparison,
     PredictFn,
     bucket_width,
     per_key_allocation,
@@ -341,12 +342,13 @@ def train_and_register(
     eval_mae = {name: window_mae(f, demand, origins, horizon) for name, f in forecasts.items()}
     best_baseline = min(eval_mae[method] for method in PANEL_BASELINES)
     tail = tail_coverage_on_window(forecasts["candidate"], demand, origins, horizon)
-    hot_recall, hot_note = _hot_set_recall(forecasts, demand, origins)
-    hot_pair = None
-    if champion is not None and hot_recall:
-        hot_pair = (hot_recall["planner_with_candidate"], hot_recall["planner_with_champion"])
+    hot_recall, hot_note = _hot_set_recall(forecasts, demand, origins, champion, top_k, recent)
+    hot_means = {name: float(recall.mean()) for name, recall in hot_recall.items()}
     promoted, reason = promotion_decision(
-        eval_mae["candidate"], eval_mae.get("champion"), best_baseline, hot_pair
+        eval_mae["candidate"],
+        eval_mae.get("champion"),
+        best_baseline,
+        _hot_set_pair(hot_recall, champion),
     )
     params = _run_params(train, eval_frac, horizon, len(origins), champion)
     figure = _forecast_figure(forecasts["candidate"], demand, origins)
@@ -356,28 +358,54 @@ def train_and_register(
     )  # fmt: skip
     if np.isfinite(tail):
         client.log_metric(run_id, "tail_coverage", tail)
-    for name, recall in hot_recall.items():
+    for name, recall in hot_means.items():
         client.log_metric(run_id, f"hotset_recall.{name}", recall)
     if hot_note:
         client.set_tag(run_id, "hotset_recall", hot_note)
     _apply_decision(client, run_id, version, promoted, reason)
     return dict(
         run_id=run_id, version=version, promoted=promoted, reason=reason, eval_mae=eval_mae,
-        chosen=forecaster.chosen, tail_coverage=tail, hotset_recall=hot_recall,
+        chosen=forecaster.chosen, tail_coverage=tail, hotset_recall=hot_means,
     )  # fmt: skip
 
 
 def _hot_set_recall(
-    forecasts: dict[str, list[pd.DataFrame]], demand: pd.DataFrame, origins: pd.DatetimeIndex
-) -> tuple[dict[str, float], str | None]:
-    """The planner's hot-set recall over the window with the candidate, and with the champion,
-    as its learned expert (`recall_on_window`, from the forecasts the error was scored on), or
-    no figures and why the window cannot say (e.g. too few buckets before it)."""
-    learned = {name: forecasts[name] for name in ("candidate", "champion") if name in forecasts}
+    forecasts: dict[str, list[pd.DataFrame]],
+    demand: pd.DataFrame,
+    origins: pd.DatetimeIndex,
+    champion: Champion | None,
+    top_k: int,
+    recent: int,
+) -> tuple[dict[str, np.ndarray], str | None]:
+    """The planner's hot-set recall at each origin of the window with the candidate, and with
+    the champion, as its learned expert (`recall_on_window`), or no figures and why the window
+    cannot say (e.g. too few buckets before it). The champion forecasts its own keys here (its
+    `top_k` and `recent`, as the planner runs it), not the candidate's panel the error is judged
+    on: a champion of a smaller top K names fewer keys at plan time."""
+    learned: dict[str, Sequence[pd.DataFrame]] = {"candidate": forecasts["candidate"]}
+    if champion is not None:
+        own = (int(champion.meta["top_k"]), int(champion.meta["recent"]))
+        learned["champion"] = (
+            forecasts["champion"]
+            if own == (top_k, recent)
+            else rolling_forecasts(_panel_predictor(champion.forecaster, *own), demand, origins)
+        )
     try:
         return recall_on_window(demand, learned, origins), None
     except ValueError as err:
         return {}, f"not judged: {err}"
+
+
+def _hot_set_pair(
+    recall: dict[str, np.ndarray], champion: Champion | None
+) -> HotSetComparison | None:
+    """The planner's recall with the candidate against what it runs today: the champion, or no
+    learned expert for a champion saved without the end of its training, which the planner
+    leaves out. None without a champion or figures."""
+    if champion is None or not recall:
+        return None
+    today = "planner_with_champion" if champion.forecaster.fit_end else "frequency"
+    return HotSetComparison(recall["planner_with_candidate"], recall[today])
 
 
 def _run_params(

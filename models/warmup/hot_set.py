@@ -41,7 +41,8 @@ from models.forecast.hotset import (
     HotsetScorer,
     KeyWindows,
     LastWindow,
-    mean_metrics,
+    top_k,
+    window_metrics,
 )
 from models.forecast.hotset_combination import PreheatHotset
 
@@ -146,7 +147,8 @@ class ForecastScores:
         return self
 
     def scores(self, kw: KeyWindows, w: int) -> np.ndarray:
-        return self.by_window.get(w, np.zeros(kw.n_keys))
+        found = self.by_window.get(w)
+        return np.zeros(kw.n_keys) if found is None else found
 
 
 def hot_set(
@@ -178,7 +180,8 @@ def _keyed(demand: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     Raises:
         ValueError: the demand mixes granularities.
     """
-    keyed = demand[demand["key"] != TOTAL_KEY].assign(count=np.rint(demand["count"]))
+    keyed = demand[demand["key"] != TOTAL_KEY]
+    keyed = keyed.assign(count=np.rint(keyed["count"]))
     keyed = keyed[keyed["count"] >= 1]
     granularities = keyed["granularity"].unique()
     if len(granularities) > 1:
@@ -190,8 +193,14 @@ def _windows(
     keyed: pd.DataFrame, start: pd.Timestamp, width: pd.Timedelta, n_windows: int
 ) -> tuple[KeyWindows, pd.MultiIndex]:
     """The keyed requests from `start` on, in `n_windows` windows of one bucket, and the
-    (tenant, key) of each factorised id."""
+    (tenant, key) of each factorised id.
+
+    Raises:
+        ValueError: no keyed request in those windows.
+    """
     recent = keyed[keyed["bucket_start"] >= start]
+    if recent.empty:
+        raise ValueError(f"no request of a named key from {start} on")
     pairs = pd.MultiIndex.from_frame(recent[_KEYS].astype(object))
     ids, names = pd.factorize(pairs)
     kw = KeyWindows.from_counts(
@@ -287,7 +296,7 @@ def _champion_expert(
     named = codes >= 0
     offset = int((start - panel.starts[0]) // width)
     forecaster = champion.forecaster
-    by_window = {next_window: _step_one_scores(champion.forecast, code_of, kw.n_keys)}
+    by_window = {next_window: _bucket_scores(champion.forecast, next_bucket, code_of, kw.n_keys)}
     for w in range(first_weighed, next_window):
         predicted = forecaster.forecast_counts(panel.counts, w + offset, forecaster.weights)
         scores = np.zeros(kw.n_keys)
@@ -301,20 +310,40 @@ def _codes(names: pd.MultiIndex, kw: KeyWindows) -> dict[tuple[str, str], int]:
     return {names[i]: code for code, i in enumerate(kw.keys)}
 
 
-def _step_one_scores(
-    forecast: pd.DataFrame, code_of: dict[tuple[str, str], int], n_keys: int
+def _bucket_scores(
+    forecast: pd.DataFrame, bucket: pd.Timestamp, code_of: dict[tuple[str, str], int], n_keys: int
 ) -> np.ndarray:
-    """(n_keys,) a `KeyForecast`'s first step per key code; 0 for a key it does not name one by
-    one (in "other") or that the windows do not hold."""
+    """(n_keys,) a `KeyForecast`'s rows for `bucket` per key code; 0 for a key it does not name
+    one by one (in "other"), that the windows do not hold, or a bucket it does not reach. By the
+    bucket, not the step: a forecast made after idle buckets (no row at all) starts at the
+    bucket after the last row, so its first step is an earlier bucket."""
     from models.forecast.panel import OTHER_KEY
 
-    step = forecast[(forecast["step"] == 1) & (forecast["key"] != OTHER_KEY)]
+    rows = forecast[(forecast["bucket_start"] == bucket) & (forecast["key"] != OTHER_KEY)]
     scores = np.zeros(n_keys)
-    for tenant, key, predicted in zip(step["tenant"], step["key"], step["predicted"], strict=True):
+    for tenant, key, predicted in zip(rows["tenant"], rows["key"], rows["predicted"], strict=True):
         code = code_of.get((tenant, key), -1)
         if code >= 0:
             scores[code] = max(float(predicted), 0.0)
     return scores
+
+
+class _FittedOnce:
+    """A frequency expert shared by the gate's combinations: fitted once (each combination would
+    fit it again on the same windows), and the last window's scores kept, since the combinations
+    ask for each window in turn."""
+
+    def __init__(self, expert: HotsetScorer, kw: KeyWindows, until: int) -> None:
+        self.expert = expert.fit(kw, until)
+        self._window, self._scores = -1, np.zeros(0)
+
+    def fit(self, kw: KeyWindows, until: int) -> _FittedOnce:
+        return self
+
+    def scores(self, kw: KeyWindows, w: int) -> np.ndarray:
+        if w != self._window:
+            self._window, self._scores = w, np.asarray(self.expert.scores(kw, w))
+        return self._scores
 
 
 def recall_on_window(
@@ -322,62 +351,85 @@ def recall_on_window(
     forecasts: Mapping[str, Sequence[pd.DataFrame]],
     origins: Sequence[pd.Timestamp],
     k: int = HOT_K,
-) -> dict[str, float]:
+) -> dict[str, np.ndarray]:
     """The registry gate's hot-set question: with each model as the planner's learned expert,
-    what share of each origin's bucket's requests the planner's hot set holds (mean over the
-    origins with requests).
+    what share of each origin's bucket's requests the planner's hot set holds.
 
     `forecasts` maps a model's name to its `KeyForecast` at each origin, made from the buckets
-    before it. Each origin is one window of the combination: the frequency experts fit on the
-    `FIT_WINDOWS` buckets before the first origin, and the weights at an origin learn from the
-    origins before it (the last `WEIGHT_WINDOWS`), as the planner's learn only from buckets after
-    the champion's training ended, which is where the gate's window starts. Unlike the planner,
-    the frequency experts are not refitted at every origin: a bounded cost for a gate that runs
-    over a few hundred origins, and the same for every model judged.
+    before it; its rows for the origin's bucket are that window's scores. Each origin is one
+    window of the combination: the frequency experts fit on the `FIT_WINDOWS` buckets before the
+    first origin, and the weights at an origin learn from the origins before it (the last
+    `WEIGHT_WINDOWS`). The planner's weights learn only from buckets after the champion's
+    training ended; a new candidate's ended where the gate's window starts, a champion's may
+    not have, which can only flatter it. Unlike the planner, the frequency experts are not
+    refitted at every origin: a fit per origin would cost a grid search each, and every model
+    judged gets the same ones.
 
     Returns:
-        `frequency` (the planner without a learned expert) and, per model, its name (its own
-        top K, step 1) and `planner_with_<name>`.
+        (origins with requests,) the recall at each, of `frequency` (the planner without a
+        learned expert) and, per model, of its name (the top K of its own forecast) and of
+        `planner_with_<name>`: paired by origin, for the gate's test.
 
     Raises:
         ValueError: origins that are not consecutive buckets, forecasts that are not one per
-            origin, or fewer than `MIN_FIT_WINDOWS` buckets of named keys before the first origin.
+            origin, fewer than `MIN_FIT_WINDOWS` buckets of named keys before the first origin,
+            or no request of a named key at any origin.
     """
     demand = DemandSeries.validate(demand, lazy=True)
     keyed, granularity = _keyed(demand)
-    origins = pd.DatetimeIndex(origins)
-    if keyed.empty or origins.empty:
+    starts = pd.DatetimeIndex(origins)
+    if keyed.empty or starts.empty:
         raise ValueError("no requests of named keys, or no origin, to judge a hot set on")
     width = pd.Timedelta(seconds=GRANULARITIES[granularity])
-    if (origins[1:] - origins[:-1] != width).any():
+    if (starts[1:] - starts[:-1] != width).any():
         raise ValueError(f"the hot set is judged at consecutive buckets of {width}")
-    start = max(keyed["bucket_start"].min(), origins[0] - width * FIT_WINDOWS)
-    first = int((origins[0] - start) // width)
+    start = max(keyed["bucket_start"].min(), starts[0] - width * FIT_WINDOWS)
+    first = int((starts[0] - start) // width)
     if first < MIN_FIT_WINDOWS:
         raise ValueError(f"{first} buckets before the first origin, fewer than {MIN_FIT_WINDOWS}")
     kw, names = _windows(
-        keyed[keyed["bucket_start"] <= origins[-1]], start, width, first + len(origins)
+        keyed[keyed["bucket_start"] <= starts[-1]], start, width, first + len(starts)
     )
+    windows = {w for w in range(first, first + len(starts)) if kw.row(w).sum() > 0}
+    if not windows:
+        raise ValueError("no request of a named key at any origin")
     code_of = _codes(names, kw)
     learned: dict[str, ForecastScores] = {}
     for name, per_origin in forecasts.items():
-        if len(per_origin) != len(origins):
-            raise ValueError(f"{name}: {len(per_origin)} forecasts for {len(origins)} origins")
+        if len(per_origin) != len(starts):
+            raise ValueError(f"{name}: {len(per_origin)} forecasts for {len(starts)} origins")
         learned[name] = ForecastScores(
             {
-                w: _step_one_scores(forecast, code_of, kw.n_keys)
-                for w, forecast in enumerate(per_origin, start=first)
+                first + i: _bucket_scores(forecast, bucket, code_of, kw.n_keys)
+                for i, (forecast, bucket) in enumerate(zip(per_origin, starts, strict=True))
             }
         )
-    windows = range(first, first + len(origins))
+    shared: dict[str, HotsetScorer] = {
+        name: _FittedOnce(make(), kw, first) for name, make in frequency_experts(k).items()
+    }
+    mixes: dict[str, dict[str, HotsetScorer]] = {
+        "frequency": shared,
+        **{f"planner_with_{name}": {**shared, name: e} for name, e in learned.items()},
+    }
+    combinations: dict[str, HotsetScorer] = {}
+    for name, experts in mixes.items():
+        combination = PreheatHotset(k, _as_makers(experts), val_windows=0, memory=WEIGHT_WINDOWS)
+        combinations[name] = combination.fit(kw, first)
+    recall: dict[str, list[float]] = {name: [] for name in [*combinations, *learned]}
+    scorers: dict[str, HotsetScorer] = {**combinations, **learned}
+    for w in range(first, first + len(starts)):  # in turn: the shared experts keep one window
+        for name, scorer in scorers.items():
+            scores = scorer.scores(kw, w)  # every window, so the weights see its loss
+            if w in windows:
+                predicted = top_k(scores, k, kw.last_seen(w))
+                recall[name].append(window_metrics(kw.row(w), predicted, k)[1])
+    return {name: np.array(values) for name, values in recall.items()}
 
-    def planner(extra: dict[str, Callable[[], HotsetScorer]]) -> float:
-        experts = {**frequency_experts(k), **extra}
-        combination = PreheatHotset(k, experts, val_windows=0, memory=WEIGHT_WINDOWS)
-        return mean_metrics(kw, combination.fit(kw, first), k, windows)[1]
 
-    recall = {"frequency": planner({})}
-    for name, expert in learned.items():
-        recall[name] = mean_metrics(kw, expert, k, windows)[1]
-        recall[f"planner_with_{name}"] = planner({name: lambda expert=expert: expert})
-    return recall
+def _as_makers(experts: Mapping[str, HotsetScorer]) -> dict[str, Callable[[], HotsetScorer]]:
+    """`PreheatHotset` takes makers of experts; these are made and fitted already."""
+    return {name: _maker(expert) for name, expert in experts.items()}
+
+
+def _maker(expert: HotsetScorer) -> Callable[[], HotsetScorer]:
+    return lambda: expert

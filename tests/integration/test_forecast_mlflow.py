@@ -118,7 +118,7 @@ def test_gating_promotes_rejects_and_moves_the_alias(store: str, tmp_path: Path)
     # the untrained model forecasts the panel's keys badly, but names the same three
     assert recall["champion"] == recall["candidate"] == 13 / 16
     assert recall["planner_with_champion"] == recall["planner_with_candidate"] == 1.0
-    assert f"with the champion {recall['planner_with_champion']:.4f}" in worse["reason"]
+    assert f"today {recall['planner_with_champion']:.4f}" in worse["reason"]
     metrics = client.get_run(worse["run_id"]).data.metrics
     assert {f"hotset_recall.{name}": value for name, value in recall.items()} == {
         name: value for name, value in metrics.items() if name.startswith("hotset_recall.")
@@ -136,6 +136,37 @@ def test_gating_promotes_rejects_and_moves_the_alias(store: str, tmp_path: Path)
     assert better["reason"].startswith("promoted: beats the champion")
     assert all(tags["promotion"] == "promoted" for tags in _tags(client, better))
     assert load_champion(store).version == "3"
+
+
+def test_the_hot_set_is_judged_with_the_champion_s_own_keys(store: str, tmp_path: Path) -> None:
+    """The planner runs the champion on its own top K: a top-1 champion names template:a alone
+    (6 of a bucket's 16 keyed requests), even when judged beside a top-3 candidate."""
+    client = mlflow.MlflowClient(store)
+    demand = steady_demand()
+    register = dict(tracking_uri=store, artifacts_dir=tmp_path / "art", recent=12, config=CONFIG)
+    top_one = train_and_register(demand, top_k=1, **register)
+    client.set_registered_model_alias(MODEL_NAME, CHAMPION, top_one["version"])  # pinned
+
+    result = train_and_register(demand, top_k=3, **register)
+
+    assert result["hotset_recall"]["champion"] == 6 / 16
+    assert result["hotset_recall"]["candidate"] == 13 / 16
+
+
+def test_a_lake_without_named_keys_is_registered_without_a_hot_set(
+    store: str, tmp_path: Path
+) -> None:
+    client = mlflow.MlflowClient(store)
+    demand = steady_demand()
+    totals = demand[demand["key"] == TOTAL_KEY].reset_index(drop=True)
+
+    result = train_and_register(
+        totals, store, tmp_path / "art", top_k=3, recent=12, config=CONFIG, client=client
+    )
+
+    assert result["hotset_recall"] == {}
+    note = client.get_run(result["run_id"]).data.tags["hotset_recall"]
+    assert note == "not judged: no requests of named keys, or no origin, to judge a hot set on"
 
 
 def test_generated_log_is_tracked_registered_and_served(

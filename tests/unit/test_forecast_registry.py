@@ -12,11 +12,13 @@ from helpers import DEMAND_START, demand_from_rows
 
 from data_contracts import CONTRACT_VERSION, KeyForecast
 from models.forecast.attention import AttentionConfig, train_module
-from models.forecast.gating import evaluate_on_window, promotion_decision
+from models.forecast.gating import HotSetComparison, evaluate_on_window, promotion_decision
 from models.forecast.panel import OTHER_KEY, TOTAL_KEY, KeyPanel, PanelForecaster
 from models.forecast.registry import (
     META_FILE,
     WEIGHTS_FILE,
+    Champion,
+    _hot_set_pair,
     load_panel_forecaster,
     save_panel_forecaster,
 )
@@ -160,20 +162,54 @@ def test_promotion_decision(
 
 
 @pytest.mark.parametrize(
-    ("hot_set", "promoted", "reason"),
+    ("candidate", "promoted", "reason"),
     [
-        ((0.5, 0.5), True, "hot-set recall with the candidate 0.5000, with the champion 0.5000"),
-        ((0.6, 0.5), True, "promoted: beats the champion"),
-        ((0.4, 0.5), False, "rejected: the planner's hot set recalls fewer requests with it"),
+        ([0.5] * 8, True, "hot-set recall with the candidate 0.5000, today 0.5000, p 1.000"),
+        ([0.6] * 8, True, "promoted: beats the champion"),
+        ([0.5] * 7 + [0.4], True, "today 0.5000, p 0.500"),  # one origin of 8 is not worse
+        ([0.4] * 8, False, "rejected: the planner's hot set recalls significantly fewer"),
     ],
 )
 def test_promotion_requires_the_planner_s_hot_set_to_recall_no_fewer_requests(
-    hot_set: tuple[float, float], promoted: bool, reason: str
+    candidate: list[float], promoted: bool, reason: str
 ) -> None:
+    hot_set = HotSetComparison(np.array(candidate), np.full(8, 0.5))
+
     decided, why = promotion_decision(0.9, 1.0, 0.95, hot_set)
 
     assert decided is promoted
     assert reason in why and "\n" not in why
     worse = promotion_decision(1.1, 1.0, 0.95, hot_set)[1]
     assert worse.startswith("rejected: not better than the champion; worse than the best")
-    assert ("the planner's hot set recalls fewer requests with it" in worse) is not promoted
+    assert ("the planner's hot set recalls significantly fewer" in worse) is not promoted
+
+
+class _Pyfunc:
+    """What `Champion` reads of a loaded pyfunc: the forecaster it wraps."""
+
+    def __init__(self, forecaster: PanelForecaster) -> None:
+        self.forecaster = forecaster
+
+    def unwrap_python_model(self) -> _Pyfunc:
+        return self
+
+
+def test_the_hot_set_is_compared_with_what_the_planner_runs_today() -> None:
+    recall = {
+        name: np.array([value])
+        for name, value in (
+            ("frequency", 0.5),
+            ("planner_with_candidate", 0.6),
+            ("planner_with_champion", 0.7),
+        )
+    }
+    forecaster = PanelForecaster(CONFIG)
+    champion = Champion("preheat-forecaster", "3", "run", {}, _Pyfunc(forecaster))
+
+    forecaster.fit_end = "2024-03-04T06:00:00+00:00"
+    pair = _hot_set_pair(recall, champion)
+    assert pair is not None and (pair.candidate[0], pair.today[0]) == (0.6, 0.7)
+    forecaster.fit_end = ""  # saved before 2026-12-02: the planner leaves it out of its hot set
+    pair = _hot_set_pair(recall, champion)
+    assert pair is not None and (pair.candidate[0], pair.today[0]) == (0.6, 0.5)
+    assert _hot_set_pair(recall, None) is None and _hot_set_pair({}, champion) is None

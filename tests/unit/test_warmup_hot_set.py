@@ -12,6 +12,7 @@ import pytest
 import torch
 from helpers import DEMAND_START, demand_from_rows
 
+import models.warmup.hot_set as hot_set_module
 from data_contracts import TOTAL_KEY, RequestLog
 from models.forecast.attention import AttentionConfig
 from models.forecast.hotset import KeyWindows
@@ -119,14 +120,16 @@ def _rotating(buckets: int) -> pd.DataFrame:
     return demand_from_rows(rows)
 
 
-def _forecasts(origins: pd.DatetimeIndex, key_at) -> list[pd.DataFrame]:
-    """A forecast per origin naming `key_at(t)` (t: the origin's bucket) for its first step."""
+def _forecasts(origins: pd.DatetimeIndex, key_at, lag: int = 0) -> list[pd.DataFrame]:
+    """A forecast per origin naming `key_at(t)` (t: the origin's bucket) for its first step,
+    which is the origin's bucket, or `lag` buckets before it (a stale forecast)."""
     return [
         pd.DataFrame(
             {
                 "tenant": ["acme"] * 2,
                 "key": [key_at((o - START) // WIDTH), "__other__"],
                 "step": [1, 1],
+                "bucket_start": [o - lag * WIDTH] * 2,
                 "predicted": [10.0, 1.0],
             }
         )
@@ -140,19 +143,42 @@ def test_the_gate_credits_the_planner_with_a_model_that_names_the_next_hot_key()
     forecasts = {
         "foreseeing": _forecasts(origins, lambda t: f"template:new{t}"),
         "blind": _forecasts(origins, lambda t: "template:never"),
+        # the right keys, but forecast for the bucket before: it foresees nothing of the origin's
+        "stale": _forecasts(origins, lambda t: f"template:new{t}", lag=1),
     }
 
-    recall = recall_on_window(demand, forecasts, origins, k=1)
+    by_origin = recall_on_window(demand, forecasts, origins, k=1)
+    assert {len(values) for values in by_origin.values()} == {len(origins)}  # paired by origin
+    recall = {name: values.mean() for name, values in by_origin.items()}
 
     assert recall["frequency"] <= 1 / 11  # at best the steady template's 1 request of 11
-    assert recall["foreseeing"] == pytest.approx(10 / 11) and recall["blind"] == 0.0
+    assert recall["foreseeing"] == pytest.approx(10 / 11)
+    assert recall["blind"] == recall["stale"] == 0.0
     # every origin but the first, where the weights are even and the others name new{t-1}
     assert recall["planner_with_foreseeing"] == pytest.approx(9 / 10 * 10 / 11)
     assert recall["planner_with_blind"] == pytest.approx(recall["frequency"])
+    assert recall["planner_with_stale"] == pytest.approx(recall["frequency"])
     # the window is what was seen before each origin: a later bucket's rows change nothing
     later = demand_from_rows([("acme", "template:late", 40, 99)])
     with_later = pd.concat([demand, later], ignore_index=True)
-    assert recall_on_window(with_later, forecasts, origins, k=1) == recall
+    again = recall_on_window(with_later, forecasts, origins, k=1)
+    assert {name: values.tolist() for name, values in again.items()} == {
+        name: values.tolist() for name, values in by_origin.items()
+    }
+
+
+def test_the_gate_weighs_the_last_origins_as_the_planner_does(monkeypatch) -> None:
+    """A model that foresees the hot key for 30 origins and then names one never asked for: a
+    planner remembering every origin keeps trusting it longer than one weighing the last 24."""
+    demand = _rotating(90)
+    origins = pd.date_range(START + 10 * WIDTH, periods=80, freq=WIDTH)
+    turncoat = {"turncoat": _forecasts(origins, lambda t: f"template:new{t}" if t < 40 else "x")}
+
+    planner = recall_on_window(demand, turncoat, origins, k=1)["planner_with_turncoat"]
+    monkeypatch.setattr(hot_set_module, "WEIGHT_WINDOWS", 10**6)
+    remembering = recall_on_window(demand, turncoat, origins, k=1)["planner_with_turncoat"]
+
+    assert planner.mean() > remembering.mean()
 
 
 def test_the_gate_refuses_a_hot_set_it_cannot_judge() -> None:
@@ -166,6 +192,18 @@ def test_the_gate_refuses_a_hot_set_it_cannot_judge() -> None:
     early = pd.date_range(START + (MIN_FIT_WINDOWS - 1) * WIDTH, periods=3, freq=WIDTH)
     with pytest.raises(ValueError, match=f"fewer than {MIN_FIT_WINDOWS}"):
         recall_on_window(demand, one, early)
+    totals = demand[demand["key"] == TOTAL_KEY]
+    with pytest.raises(ValueError, match="no requests of named keys"):
+        recall_on_window(totals, one, origins)
+    assert hot_set(totals) is None  # nor has the planner a hot set to rank by
+    old_keys = demand[(demand["key"] == TOTAL_KEY) | (demand["bucket_start"] < START + WIDTH)]
+    far = pd.date_range(START + (FIT_WINDOWS + 5) * WIDTH, periods=3, freq=WIDTH)
+    later = demand_from_rows([("acme", TOTAL_KEY, t, 11) for t in range(30, FIT_WINDOWS + 9)])
+    with pytest.raises(ValueError, match="no request of a named key from"):
+        recall_on_window(pd.concat([old_keys, later], ignore_index=True), one, far)
+    idle = demand[(demand["key"] == TOTAL_KEY) | (demand["bucket_start"] < origins[0])]
+    with pytest.raises(ValueError, match="no request of a named key at any origin"):
+        recall_on_window(idle, one, origins)
 
 
 def _ranker(demand: pd.DataFrame, trained_buckets: int) -> LearnedRanker:
