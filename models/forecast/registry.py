@@ -3,8 +3,9 @@
 A fitted `PanelForecaster` is saved as a self-describing directory (`saved.py`), wrapped as an
 MLflow pyfunc and registered as `preheat-forecaster`. The alias `champion` moves to a new version
 only when it beats the current champion on the same evaluation window, is no worse than the
-best per-key baseline there, and does not make the warm-up planner's hot set recall fewer
-requests than the champion does; a rejected version stays registered, tagged with the numbers.
+best per-key baseline there, and does not make the warm-up planner's hot set recall
+significantly fewer requests than it does today; a rejected version stays registered, tagged
+with the numbers.
 
 The registered model is the one fitted on the train part, i.e. exactly what the gate measured.
 Rejected: refitting on every bucket after gating, because the registry would then hold a model
@@ -383,14 +384,14 @@ def _hot_set_recall(
     `top_k` and `recent`, as the planner runs it), not the candidate's panel the error is judged
     on: a champion of a smaller top K names fewer keys at plan time."""
     learned: dict[str, Sequence[pd.DataFrame]] = {"candidate": forecasts["candidate"]}
-    if champion is not None:
-        own = (int(champion.meta["top_k"]), int(champion.meta["recent"]))
-        learned["champion"] = (
-            forecasts["champion"]
-            if own == (top_k, recent)
-            else rolling_forecasts(_panel_predictor(champion.forecaster, *own), demand, origins)
-        )
     try:
+        if champion is not None:
+            own = (int(champion.meta["top_k"]), int(champion.meta["recent"]))
+            learned["champion"] = (
+                forecasts["champion"]
+                if own == (top_k, recent)
+                else rolling_forecasts(_panel_predictor(champion.forecaster, *own), demand, origins)
+            )
         return recall_on_window(demand, learned, origins), None
     except ValueError as err:
         return {}, f"not judged: {err}"
