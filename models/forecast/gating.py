@@ -141,14 +141,19 @@ class HotSetComparison:
 
     @property
     def p_fewer(self) -> float:
-        """One-sided Wilcoxon signed-rank p that the candidate's recall is the lower; 1.0 when
-        they never differ. Why a test: most origins' top 50 are the same with either model,
-        and one key more or less in one window of hundreds is not a worse hot set."""
+        """One-sided Wilcoxon signed-rank p that the candidate's recall is the lower, over the
+        origins where the two differ; 1.0 when they never do. Why a test: most origins' top 50
+        are the same with either model, and one key more or less in a few windows of hundreds is
+        not a worse hot set. The equal origins are dropped before scipy sees them: given both
+        samples, it picks its normal approximation from 50 origins on, counting the equal ones,
+        which puts 3 lower origins of 240 at p 0.042 where the exact test over the 3 says 0.125."""
         from scipy import stats
 
-        if not np.any(self.candidate != self.today):
+        differences = self.candidate - self.today  # (origins,)
+        differences = differences[differences != 0]
+        if not differences.size:
             return 1.0
-        return float(stats.wilcoxon(self.candidate, self.today, alternative="less").pvalue)
+        return float(stats.wilcoxon(differences, alternative="less").pvalue)
 
 
 def promotion_decision(

@@ -385,7 +385,7 @@ def _hot_set_recall(
     on: a champion of a smaller top K names fewer keys at plan time."""
     learned: dict[str, Sequence[pd.DataFrame]] = {"candidate": forecasts["candidate"]}
     try:
-        if champion is not None:
+        if champion is not None and champion.forecaster.fit_end:  # else the planner leaves it out
             own = (int(champion.meta["top_k"]), int(champion.meta["recent"]))
             learned["champion"] = (
                 forecasts["champion"]

@@ -334,10 +334,12 @@ class _FittedOnce:
     ask for each window in turn."""
 
     def __init__(self, expert: HotsetScorer, kw: KeyWindows, until: int) -> None:
-        self.expert = expert.fit(kw, until)
+        self.expert, self.until = expert.fit(kw, until), until
         self._window, self._scores = -1, np.zeros(0)
 
     def fit(self, kw: KeyWindows, until: int) -> _FittedOnce:
+        if until != self.until:
+            raise ValueError(f"fitted on the windows before {self.until}, asked for {until}")
         return self
 
     def scores(self, kw: KeyWindows, w: int) -> np.ndarray:

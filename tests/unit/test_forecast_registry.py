@@ -166,14 +166,18 @@ def test_promotion_decision(
     [
         ([0.5] * 8, True, "hot-set recall with the candidate 0.5000, today 0.5000, p 1.000"),
         ([0.6] * 8, True, "promoted: beats the champion"),
-        ([0.5] * 7 + [0.4], True, "today 0.5000, p 0.500"),  # one origin of 8 is not worse
+        ([0.5] * 7 + [0.4], True, "candidate 0.4875, today 0.5000, p 0.500"),  # 1 of 8
         ([0.4] * 8, False, "rejected: the planner's hot set recalls significantly fewer"),
+        # three origins of 240 a little lower: the exact test over the 3 (not 0.042 by scipy's
+        # normal approximation, counting the 237 equal ones)
+        ([0.5] * 237 + [0.499] * 3, True, "p 0.125"),
+        ([0.5] * 200 + [0.499] * 40, False, "significantly fewer"),
     ],
 )
 def test_promotion_requires_the_planner_s_hot_set_to_recall_no_fewer_requests(
     candidate: list[float], promoted: bool, reason: str
 ) -> None:
-    hot_set = HotSetComparison(np.array(candidate), np.full(8, 0.5))
+    hot_set = HotSetComparison(np.array(candidate), np.full(len(candidate), 0.5))
 
     decided, why = promotion_decision(0.9, 1.0, 0.95, hot_set)
 
