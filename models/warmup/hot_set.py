@@ -134,14 +134,14 @@ class LearnedRanker:
 
 
 class ForecastScores:
-    """A learned expert as a hot-set scorer: window w's scores are the first step of its
-    forecast made at w's start from the buckets before it only (the champion's in the planner,
+    """A learned expert as a hot-set scorer: window w's scores are its forecast of w's bucket,
+    made at w's start from the buckets before it only (the champion's in the planner,
     `_champion_expert`; the gate's rolling forecasts in `recall_on_window`). A key it does not
     forecast one by one (in "other"), or a window without a forecast, scores 0. Made already:
     `fit` changes nothing."""
 
     def __init__(self, by_window: dict[int, np.ndarray]) -> None:
-        self.by_window = by_window  # window -> (n_keys,) step-1 forecast per key code
+        self.by_window = by_window  # window -> (n_keys,) the forecast of its bucket per key code
 
     def fit(self, kw: KeyWindows, until: int) -> ForecastScores:
         return self
