@@ -193,17 +193,18 @@ def ledger_frame(data_dir: Path, plan: str, target: str) -> Any:
 
 
 DEMAND_START = "2024-03-04T00:00:00Z"
+DEMAND_BUCKET = "3min"  # `demand_from_rows`' granularity, and its buckets' width
 
 
 def demand_from_rows(rows: list[tuple[str, str, int, float]]) -> Any:
-    """`DemandSeries` from (tenant, key, bucket index, count) tuples: 3 min buckets from
-    `DEMAND_START`."""
+    """`DemandSeries` from (tenant, key, bucket index, count) tuples: `DEMAND_BUCKET` buckets
+    from `DEMAND_START`."""
     import pandas as pd
 
     from data_contracts import DemandSeries
 
     frame = pd.DataFrame(rows, columns=["tenant", "key", "bucket", "count"])
-    frame.insert(2, "granularity", "3min")
-    start, width = pd.Timestamp(DEMAND_START), pd.Timedelta(minutes=3)
+    frame.insert(2, "granularity", DEMAND_BUCKET)
+    start, width = pd.Timestamp(DEMAND_START), pd.Timedelta(DEMAND_BUCKET)
     frame.insert(3, "bucket_start", start + frame.pop("bucket") * width)
     return DemandSeries.validate(frame.astype({"count": "float64"}), lazy=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import DEMAND_START, demand_from_rows
+from helpers import DEMAND_BUCKET, DEMAND_START, demand_from_rows
 
 from data_contracts import CONTRACT_VERSION, KeyForecast
 from models.forecast.attention import AttentionConfig, train_module
@@ -24,7 +24,7 @@ from models.forecast.registry import (
 )
 
 START = pd.Timestamp(DEMAND_START)
-WIDTH = pd.Timedelta(minutes=3)
+WIDTH = pd.Timedelta(DEMAND_BUCKET)
 CONFIG = AttentionConfig(epochs=1, context=4, scales=(1, 2), horizon=2, d_model=8, heads=2)
 
 

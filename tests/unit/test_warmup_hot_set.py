@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import DEMAND_START, demand_from_rows
+from helpers import DEMAND_BUCKET, DEMAND_START, demand_from_rows
 
 import models.warmup.hot_set as hot_set_module
 from data_contracts import TOTAL_KEY, RequestLog
@@ -28,7 +28,7 @@ from models.warmup.hot_set import (
 )
 
 START = pd.Timestamp(DEMAND_START)
-WIDTH = pd.Timedelta(minutes=3)
+WIDTH = pd.Timedelta(DEMAND_BUCKET)
 TINY = AttentionConfig(epochs=1, context=4, scales=(1, 2), horizon=2, d_model=8, heads=2)
 FREQUENCY_EXPERTS = {"last_window", "ewma_frequency", "decayed_frequency"}
 
