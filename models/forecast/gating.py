@@ -17,7 +17,8 @@ import pandas as pd
 from data_contracts import GRANULARITIES, DemandSeries, KeyForecast
 from models.forecast.panel import OTHER_KEY, TOTAL_KEY, tail_coverage
 
-PredictFn = Callable[[pd.DataFrame], pd.DataFrame]
+# (the demand rows before the origin, the origin) -> the `KeyForecast` from the origin on
+PredictFn = Callable[[pd.DataFrame, pd.Timestamp], pd.DataFrame]
 
 
 def bucket_width(demand: pd.DataFrame) -> pd.Timedelta:
@@ -79,13 +80,16 @@ def per_key_allocation(
 def rolling_forecasts(
     predict_fn: PredictFn, demand: pd.DataFrame, origins: Sequence[pd.Timestamp]
 ) -> list[pd.DataFrame]:
-    """One forecast per origin, each from the demand rows strictly before it."""
-    return [
-        KeyForecast.validate(
-            predict_fn(demand[demand["bucket_start"] < origin].reset_index(drop=True)), lazy=True
-        )
-        for origin in origins
-    ]
+    """One forecast per origin, each from the demand rows strictly before it, starting at it."""
+    forecasts = []
+    for origin in origins:
+        past = demand[demand["bucket_start"] < origin].reset_index(drop=True)
+        forecast = KeyForecast.validate(predict_fn(past, origin), lazy=True)
+        first = forecast.loc[forecast["step"] == 1, "bucket_start"]
+        if not (first == origin).all():
+            raise ValueError(f"a forecast from origin {origin} starts at {first.min()}")
+        forecasts.append(forecast)
+    return forecasts
 
 
 def window_mae(
@@ -111,9 +115,10 @@ def evaluate_on_window(
     """Mean absolute error of a model's per-key allocation, per (tenant, step), over origins.
 
     For each origin (a bucket start) `predict_fn` sees only the rows before it and returns a
-    `KeyForecast`; the error of a (tenant, step) is the sum over the tenant's rows of
-    |predicted - actual|, where `__other__`'s actual is the tenant's `__total__` minus the
-    actuals of its predicted keys (the sum of its unpredicted keys when it has no `__total__`).
+    `KeyForecast` whose step 1 is the origin's bucket; the error of a (tenant, step) is the sum
+    over the tenant's rows of |predicted - actual|, where `__other__`'s actual is the tenant's
+    `__total__` minus the actuals of its predicted keys (the sum of its unpredicted keys when it
+    has no `__total__`).
 
     Why this compares models that chose different top keys: each model's rows partition the
     tenant's traffic, so every request is counted exactly once whichever keys a model named,

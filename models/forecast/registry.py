@@ -179,8 +179,8 @@ def _split(
 
 
 def _panel_predictor(forecaster: PanelForecaster, top_k: int, recent: int) -> PredictFn:
-    def predict_fn(past: pd.DataFrame) -> pd.DataFrame:
-        return forecaster.forecast(KeyPanel.from_demand(past, top_k, recent))
+    def predict_fn(past: pd.DataFrame, origin: pd.Timestamp) -> pd.DataFrame:
+        return forecaster.forecast(KeyPanel.from_demand(past, top_k, recent, until=origin))
 
     return predict_fn
 
@@ -333,7 +333,7 @@ def train_and_register(
     mlflow.set_tracking_uri(tracking_uri)
     client = client or mlflow.MlflowClient(tracking_uri)
     train, origins = _split(demand, horizon, eval_frac)
-    forecaster.fit(KeyPanel.from_demand(train, top_k, recent))
+    forecaster.fit(KeyPanel.from_demand(train, top_k, recent, until=origins[0]))
     champion = _current_champion(tracking_uri)
     horizon = horizon if champion is None else min(horizon, champion.horizon)
     forecasts = {

@@ -77,6 +77,26 @@ def test_panel_rejects_mixed_granularities() -> None:
         KeyPanel.from_demand(demand)
 
 
+def test_a_panel_until_a_later_bucket_holds_the_idle_buckets_before_it() -> None:
+    demand = _demand(12)
+    width = pd.Timedelta(minutes=3)
+    until = START + 15 * width  # buckets 12, 13 and 14 saw no request
+
+    panel = KeyPanel.from_demand(demand, top_k=2, recent=4, until=until)
+    forecast = PanelForecaster(TINY, chosen="last_value").forecast(panel)
+
+    assert panel.counts.shape == (4, 15) and not panel.counts[:, 12:].any()
+    assert panel.starts[-1] == until - width
+    # the forecast starts at `until`, and predicts what the idle buckets say: nothing
+    assert (forecast.loc[forecast["step"] == 1, "bucket_start"] == until).all()
+    assert not forecast["predicted"].any()
+    # the keys are ranked by the last 4 buckets before `until`: those of the 12th bucket only
+    assert set(panel.keys) == set(KeyPanel.from_demand(demand, 2, recent=1).keys)
+    for bad in (START + 11 * width, START + 14.5 * width):
+        with pytest.raises(ValueError, match="must be a bucket start after the demand's last"):
+            KeyPanel.from_demand(demand, until=bad)
+
+
 def test_panel_forecaster_combines_its_experts_and_emits_the_contract() -> None:
     panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
     model = PanelForecaster(TINY).fit(panel)

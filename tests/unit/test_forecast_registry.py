@@ -19,6 +19,7 @@ from models.forecast.registry import (
     WEIGHTS_FILE,
     Champion,
     _hot_set_pair,
+    _panel_predictor,
     load_panel_forecaster,
     save_panel_forecaster,
 )
@@ -109,12 +110,11 @@ TINY = [
 def _fixed_allocation(seen: list[pd.Timestamp]):
     """A predict_fn that always says A/k1 5, A/other 2, B/x 1 (and no B/other row)."""
 
-    def predict_fn(past: pd.DataFrame) -> pd.DataFrame:
+    def predict_fn(past: pd.DataFrame, origin: pd.Timestamp) -> pd.DataFrame:
         seen.append(past["bucket_start"].max())
-        last = past["bucket_start"].max()
         rows = [("A", "k1", 5.0), ("A", OTHER_KEY, 2.0), ("B", "x", 1.0)]
         frame = pd.DataFrame(
-            [(t, k, "3min", s, last + s * WIDTH, p) for t, k, p in rows for s in (1, 2)],
+            [(t, k, "3min", s, origin + (s - 1) * WIDTH, p) for t, k, p in rows for s in (1, 2)],
             columns=["tenant", "key", "granularity", "step", "bucket_start", "predicted"],
         )
         return KeyForecast.validate(frame)
@@ -140,6 +140,30 @@ def test_evaluate_on_window_refuses_a_forecast_shorter_than_the_horizon() -> Non
     demand = demand_from_rows(TINY)
     with pytest.raises(ValueError, match="covers 2 steps, not 3"):
         evaluate_on_window(_fixed_allocation([]), demand, [START + WIDTH], horizon=3)
+
+
+def test_the_gate_scores_a_forecast_from_the_origin_after_idle_buckets() -> None:
+    # A/k1 is asked 6 in bucket 0 and nothing until 4 in bucket 3: the last value known at
+    # origin 3 is bucket 2's, idle: 0. Read from the last row instead (what the gate did), the
+    # forecast would say 6 for bucket 1, and was scored as if it were bucket 3's: error 2, not 4.
+    rows = [("A", "k1", 0, 6.0), ("A", TOTAL_KEY, 0, 6.0), ("A", "k1", 3, 4.0)]
+    rows.append(("A", TOTAL_KEY, 3, 4.0))
+    demand = demand_from_rows(rows)
+    last_value = PanelForecaster(CONFIG, chosen="last_value")
+
+    mae = evaluate_on_window(_panel_predictor(last_value, 1, 1), demand, [START + 3 * WIDTH], 1)
+
+    assert mae == pytest.approx(4.0)
+
+
+def test_the_gate_refuses_a_forecast_that_does_not_start_at_its_origin() -> None:
+    def from_the_last_row(past: pd.DataFrame, origin: pd.Timestamp) -> pd.DataFrame:
+        panel = KeyPanel.from_demand(past, top_k=1, recent=1)
+        return PanelForecaster(CONFIG, chosen="last_value").forecast(panel)
+
+    demand = demand_from_rows([("A", "k1", 0, 6.0), ("A", "k1", 3, 4.0)])
+    with pytest.raises(ValueError, match=r"from origin .* starts at"):
+        evaluate_on_window(from_the_last_row, demand, [START + 3 * WIDTH], horizon=1)
 
 
 @pytest.mark.parametrize(
