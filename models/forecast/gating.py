@@ -14,11 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from data_contracts import GRANULARITIES, DemandSeries, KeyForecast
-from models.forecast.panel import OTHER_KEY, TOTAL_KEY, tail_coverage
+from data_contracts import GRANULARITIES, DemandSeries
+from models.forecast.panel import OTHER_KEY, TOTAL_KEY, DemandGrid, tail_coverage
 
-# (the demand rows before the origin, the origin) -> the `KeyForecast` from the origin on
-PredictFn = Callable[[pd.DataFrame, pd.Timestamp], pd.DataFrame]
+# (the demand of the buckets before the origin, the origin) -> the `KeyForecast` from the
+# origin on, validated by the model that made it (`PanelForecaster.forecast`): validated again
+# here, the gate paid 22 ms an origin and model, 16 minutes of a training at 5 s
+PredictFn = Callable[[DemandGrid, pd.Timestamp], pd.DataFrame]
 
 
 def bucket_width(demand: pd.DataFrame) -> pd.Timedelta:
@@ -80,11 +82,10 @@ def per_key_allocation(
 def rolling_forecasts(
     predict_fn: PredictFn, demand: pd.DataFrame, origins: Sequence[pd.Timestamp]
 ) -> list[pd.DataFrame]:
-    """One forecast per origin, each from the demand rows strictly before it, starting at it."""
-    forecasts = []
+    """One forecast per origin, each from the demand strictly before it, starting at it."""
+    grid, forecasts = DemandGrid.of(demand), []
     for origin in origins:
-        past = demand[demand["bucket_start"] < origin].reset_index(drop=True)
-        forecast = KeyForecast.validate(predict_fn(past, origin), lazy=True)
+        forecast = predict_fn(grid.before(origin), origin)
         first = forecast.loc[forecast["step"] == 1, "bucket_start"]
         if not (first == origin).all():
             raise ValueError(f"a forecast from origin {origin} starts at {first.min()}")
@@ -114,7 +115,7 @@ def evaluate_on_window(
 ) -> float:
     """Mean absolute error of a model's per-key allocation, per (tenant, step), over origins.
 
-    For each origin (a bucket start) `predict_fn` sees only the rows before it and returns a
+    For each origin (a bucket start) `predict_fn` sees only the buckets before it and returns a
     `KeyForecast` whose step 1 is the origin's bucket; the error of a (tenant, step) is the sum
     over the tenant's rows of |predicted - actual|, where `__other__`'s actual is the tenant's
     `__total__` minus the actuals of its predicted keys (the sum of its unpredicted keys when it

@@ -44,6 +44,7 @@ from models.forecast.gating import (
 from models.forecast.panel import (
     OTHER_KEY,
     PANEL_BASELINES,
+    DemandGrid,
     KeyPanel,
     PanelForecaster,
 )
@@ -179,8 +180,8 @@ def _split(
 
 
 def _panel_predictor(forecaster: PanelForecaster, top_k: int, recent: int) -> PredictFn:
-    def predict_fn(past: pd.DataFrame, origin: pd.Timestamp) -> pd.DataFrame:
-        return forecaster.forecast(KeyPanel.from_demand(past, top_k, recent, until=origin))
+    def predict_fn(past: DemandGrid, origin: pd.Timestamp) -> pd.DataFrame:
+        return forecaster.forecast(past.panel(top_k, recent, until=origin))
 
     return predict_fn
 

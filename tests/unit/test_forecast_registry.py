@@ -13,7 +13,7 @@ from helpers import DEMAND_BUCKET, DEMAND_START, demand_from_rows
 from data_contracts import CONTRACT_VERSION, KeyForecast
 from models.forecast.attention import AttentionConfig, train_module
 from models.forecast.gating import HotSetComparison, evaluate_on_window, promotion_decision
-from models.forecast.panel import OTHER_KEY, TOTAL_KEY, KeyPanel, PanelForecaster
+from models.forecast.panel import OTHER_KEY, TOTAL_KEY, DemandGrid, KeyPanel, PanelForecaster
 from models.forecast.registry import (
     META_FILE,
     WEIGHTS_FILE,
@@ -110,8 +110,8 @@ TINY = [
 def _fixed_allocation(seen: list[pd.Timestamp]):
     """A predict_fn that always says A/k1 5, A/other 2, B/x 1 (and no B/other row)."""
 
-    def predict_fn(past: pd.DataFrame, origin: pd.Timestamp) -> pd.DataFrame:
-        seen.append(past["bucket_start"].max())
+    def predict_fn(past: DemandGrid, origin: pd.Timestamp) -> pd.DataFrame:
+        seen.append(past.starts[-1])
         rows = [("A", "k1", 5.0), ("A", OTHER_KEY, 2.0), ("B", "x", 1.0)]
         frame = pd.DataFrame(
             [(t, k, "3min", s, origin + (s - 1) * WIDTH, p) for t, k, p in rows for s in (1, 2)],
@@ -157,8 +157,9 @@ def test_the_gate_scores_a_forecast_from_the_origin_after_idle_buckets() -> None
 
 
 def test_the_gate_refuses_a_forecast_that_does_not_start_at_its_origin() -> None:
-    def from_the_last_row(past: pd.DataFrame, origin: pd.Timestamp) -> pd.DataFrame:
-        panel = KeyPanel.from_demand(past, top_k=1, recent=1)
+    def from_the_last_row(past: DemandGrid, origin: pd.Timestamp) -> pd.DataFrame:
+        last = past.starts[np.flatnonzero(past.dense.any(0))[-1]]  # the last bucket with a row
+        panel = past.panel(top_k=1, recent=1, until=last + WIDTH)
         return PanelForecaster(CONFIG, chosen="last_value").forecast(panel)
 
     demand = demand_from_rows([("A", "k1", 0, 6.0), ("A", "k1", 3, 4.0)])
