@@ -69,8 +69,8 @@ class KeyPanel:
         at the bucket before `until`: the buckets between saw no request, which the rows (one
         per key and bucket with requests) cannot say. A forecast of the panel then starts at
         `until`, as a forecast made at that time must: the gate's rolling forecasts from an
-        origin after idle buckets (at 5 s, 3,223 of the demo lake's 8,819 origins) started at
-        the bucket after the last row, and were scored against the origin's."""
+        origin after idle buckets (at 5 s, most of the demo lake's 8,814) started at the
+        bucket after the last row, and were scored against the origin's."""
         grid = DemandGrid.of(demand)
         if until is not None and pd.Timestamp(until) <= grid.starts[-1]:
             raise ValueError(
@@ -124,18 +124,24 @@ class DemandGrid:
         np.minimum.at(first, row, column)
         volume = np.zeros((len(keys), len(starts) + 1))
         np.cumsum(dense, axis=1, out=volume[:, 1:])
+        for array in (dense, volume, first):  # shared by every origin's model: read only
+            array.flags.writeable = False
         frame = keys.to_frame(index=False, name=["tenant", "key"])
         return cls(frame, dense, volume, first, starts, granularity)
 
     def before(self, until: pd.Timestamp) -> DemandGrid:
-        """The grid of the buckets before `until` only (views, nothing copied): what a model
-        forecasting at `until` may read."""
+        """The grid of the buckets before `until` only (read-only views, nothing copied): what a
+        model forecasting at `until` may read. `keys` still names every key of the window; one
+        first seen from `until` on has no bucket here, its `first` says so (the grid's end),
+        and `panel` leaves it out."""
         seen = min(self._end(until), len(self.starts))
+        first = np.minimum(self.first, seen)
+        first.flags.writeable = False
         return DemandGrid(
             self.keys,
             self.dense[:, :seen],
             self.volume[:, : seen + 1],
-            self.first,  # a key first seen from `until` on has no bucket here: `panel` skips it
+            first,
             self.starts[:seen],
             self.granularity,
         )
@@ -157,9 +163,11 @@ class DemandGrid:
         keys = self.keys.iloc[present].reset_index(drop=True)
         is_total = (keys["key"] == TOTAL_KEY).to_numpy()
         candidates = np.flatnonzero(~is_total)
-        volume = self.volume[present[candidates]]  # (C, T + 1)
-        last = volume[:, seen]
-        recent_volume = last - volume[:, max(0, end - recent)] if end - recent < seen else last * 0
+        rows = present[candidates]
+        last = self.volume[rows, seen]  # (C,) all their requests before `until`
+        # summed, not a difference of the running sums: equal demand must tie exactly (counts
+        # may be fractional), so that the all-time volume breaks the tie
+        recent_volume = self.dense[rows, max(0, end - recent) : seen].sum(1)  # (C,)
         order = np.lexsort((-last, -recent_volume))  # recent, then all-time, then the keys' order
         chosen = present[candidates[order[:top_k]]]  # grid rows
         rows, tenants, names = [self.dense[chosen, :seen]], [], []
@@ -173,7 +181,8 @@ class DemandGrid:
                 total = self.dense[mine_total[0], :seen]
             else:
                 total = self.dense[mine, :seen].sum(0)
-            kept = self.dense[chosen[chosen_tenants == tenant], :seen].sum(0)
+            # summed in the grid's row order, as the rows' panel sums: the same to the last bit
+            kept = self.dense[np.sort(chosen[chosen_tenants == tenant]), :seen].sum(0)
             rows.append(np.clip(total - kept, 0, None)[None, :])
             tenants.append(tenant)
             names.append(OTHER_KEY)
@@ -199,10 +208,11 @@ def _ewma_before(counts: np.ndarray, origins: np.ndarray, alpha: float) -> np.nd
     first = counts[:, 0].astype(np.float64)  # (K,) the level over bucket 0 alone
     if origins.size == 0 or origins.max() < 2:
         return np.tile(first, (origins.size, 1))  # origin 0 is never asked: it has no past
-    decay = 1.0 - alpha
-    levels, _ = lfilter(
-        [alpha], [1.0, -decay], counts[:, 1 : origins.max()], axis=1, zi=decay * first[:, None]
-    )  # (K, max origin - 1): levels[:, j] over buckets [0, j + 2)
+    # filtered as deviations from the first count, so that a flat series stays exactly flat
+    # (else rounding in the 16th digit breaks `_fit_alpha`'s ties toward the smaller alpha)
+    moves = counts[:, 1 : origins.max()] - first[:, None]  # (K, max origin - 1)
+    levels, _ = lfilter([alpha], [1.0, alpha - 1.0], moves, axis=1, zi=np.zeros((len(first), 1)))
+    levels += first[:, None]  # levels[:, j]: over buckets [0, j + 2)
     return np.where(origins[:, None] >= 2, levels[:, np.maximum(origins - 2, 0)].T, first)
 
 

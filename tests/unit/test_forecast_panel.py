@@ -147,6 +147,32 @@ def test_a_panel_is_the_same_whatever_the_rows_order() -> None:
     np.testing.assert_array_equal(one.counts, other.counts)
 
 
+def test_keys_of_equal_recent_demand_are_ranked_by_all_their_demand() -> None:
+    # recent = 1: A and B both 0.2 in the last bucket (a running sum's difference made A's
+    # 0.20000000000000004); B has more in all, so B is the top key
+    rows = [("t", "A", 0, 0.1), ("t", "A", 1, 0.2), ("t", "B", 0, 0.3), ("t", "B", 1, 0.2)]
+    frame = pd.DataFrame(rows, columns=["tenant", "key", "bucket", "count"])
+    frame.insert(2, "granularity", "3min")
+    frame.insert(3, "bucket_start", START + frame.pop("bucket") * pd.Timedelta(minutes=3))
+
+    panel = KeyPanel.from_demand(frame, top_k=1, recent=1)
+
+    assert list(panel.keys) == ["B", OTHER_KEY]
+
+
+def test_no_model_can_change_the_demand_the_gate_gives_the_others() -> None:
+    grid = DemandGrid.of(_demand(12))
+    past = grid.before(START + 6 * pd.Timedelta(minutes=3))
+    for array in (past.dense, past.volume, past.first, grid.dense):
+        with pytest.raises(ValueError, match="read-only"):
+            array[...] = 0
+
+
+def test_the_ewma_of_a_flat_series_ties_every_alpha_and_keeps_the_smoothest() -> None:
+    for level in (0.1, 1 / 3, 3.0, 7.0):
+        assert PanelForecaster(TINY)._fit_alpha(np.full((2, 30), level), 30) == 0.05
+
+
 def test_panel_forecaster_combines_its_experts_and_emits_the_contract() -> None:
     panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
     model = PanelForecaster(TINY).fit(panel)
