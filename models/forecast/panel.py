@@ -69,8 +69,8 @@ class KeyPanel:
         at the bucket before `until`: the buckets between saw no request, which the rows (one
         per key and bucket with requests) cannot say. A forecast of the panel then starts at
         `until`, as a forecast made at that time must: the gate's rolling forecasts from an
-        origin after idle buckets (at 5 s, most of the demo lake's 8,814) started at the
-        bucket after the last row, and were scored against the origin's."""
+        origin after idle buckets (at 5 s, most of the demo lake's 8,814 origins) started at
+        the bucket after the last row, and were scored against the origin's."""
         grid = DemandGrid.of(demand)
         if until is not None and pd.Timestamp(until) <= grid.starts[-1]:
             raise ValueError(
@@ -163,11 +163,11 @@ class DemandGrid:
         keys = self.keys.iloc[present].reset_index(drop=True)
         is_total = (keys["key"] == TOTAL_KEY).to_numpy()
         candidates = np.flatnonzero(~is_total)
-        rows = present[candidates]
-        last = self.volume[rows, seen]  # (C,) all their requests before `until`
+        candidate_rows = present[candidates]  # grid rows
+        last = self.volume[candidate_rows, seen]  # (C,) all their requests before `until`
         # summed, not a difference of the running sums: equal demand must tie exactly (counts
         # may be fractional), so that the all-time volume breaks the tie
-        recent_volume = self.dense[rows, max(0, end - recent) : seen].sum(1)  # (C,)
+        recent_volume = self.dense[candidate_rows, max(0, end - recent) : seen].sum(1)  # (C,)
         order = np.lexsort((-last, -recent_volume))  # recent, then all-time, then the keys' order
         chosen = present[candidates[order[:top_k]]]  # grid rows
         rows, tenants, names = [self.dense[chosen, :seen]], [], []

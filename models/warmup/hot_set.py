@@ -315,9 +315,9 @@ def _bucket_scores(
 ) -> np.ndarray:
     """(n_keys,) a `KeyForecast`'s rows for `bucket` per key code; 0 for a key it does not name
     one by one (in "other"), that the windows do not hold, or a bucket it does not reach. By the
-    bucket, not the step: which bucket a step is belongs to the forecast (`bucket_start`), and
-    the gate's and the planner's forecasts start at different ones (the origin; the bucket after
-    the demand's last row)."""
+    bucket, not the step: a forecast says which bucket each step is (`bucket_start`), and the
+    gate's forecasts start at their origin where the planner's start at the bucket after the
+    demand's last row."""
     from models.forecast.panel import OTHER_KEY
 
     rows = forecast[(forecast["bucket_start"] == bucket) & (forecast["key"] != OTHER_KEY)]
