@@ -352,7 +352,7 @@ def train_and_register(
         best_baseline,
         _hot_set_pair(hot_recall, champion),
     )
-    params = _run_params(train, eval_frac, horizon, len(origins), champion)
+    params = _run_params(train, eval_frac, horizon, origins, champion)
     figure = _forecast_figure(forecasts["candidate"], demand, origins)
     run_id, version = _log_run(
         client, artifacts_dir, forecaster, (top_k, recent), params, eval_mae, figure,
@@ -414,17 +414,18 @@ def _run_params(
     train: pd.DataFrame,
     eval_frac: float,
     horizon: int,
-    origins: int,
+    origins: pd.DatetimeIndex,
     champion: Champion | None,
 ) -> dict[str, Any]:
     """The run's params beside the forecaster's own: how it was evaluated (window, horizon,
     origins, the champion it met) and which buckets it was trained on."""
     return {
-        "eval_frac": eval_frac, "eval_horizon": horizon, "eval_origins": origins,
+        "eval_frac": eval_frac, "eval_horizon": horizon, "eval_origins": len(origins),
         "train_buckets": train["bucket_start"].nunique(),
-        # [start, end) of the requests it learned from: the `check-drift` flow's reference
+        # [start, end) of the demand it learned from, up to the window (idle buckets before
+        # it included, as in the model's `fit_end`): the `check-drift` flow's reference
         "train_start": train["bucket_start"].min().isoformat(),
-        "train_end": (train["bucket_start"].max() + bucket_width(train)).isoformat(),
+        "train_end": origins[0].isoformat(),
         "champion_version": None if champion is None else champion.version,
         "tail_tolerance": "max(1, 0.5 x actual) over the horizon",
     }  # fmt: skip

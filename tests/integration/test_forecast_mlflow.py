@@ -153,6 +153,30 @@ def test_the_hot_set_is_judged_with_the_champion_s_own_keys(store: str, tmp_path
     assert result["hotset_recall"]["candidate"] == 13 / 16
 
 
+def test_the_fit_and_the_gate_count_the_idle_buckets_before_the_window(
+    store: str, tmp_path: Path
+) -> None:
+    """40 steady buckets, the window the last 10; buckets 28 and 29 saw no request. The model
+    learns up to the window (its `fit_end`, the run's `train_end`), and the last value at the
+    window's first origin is bucket 29's: nothing, at every step. Read from the last request
+    (bucket 27, what the gate did), it was exact."""
+    demand = steady_demand()
+    idle = START + pd.Timedelta(minutes=3) * 28
+    demand = demand[~demand["bucket_start"].between(idle, idle + pd.Timedelta(minutes=3))]
+    window = START + pd.Timedelta(minutes=3) * 30
+    register = dict(tracking_uri=store, artifacts_dir=tmp_path / "art", recent=12, config=CONFIG)
+
+    result = train_and_register(demand.reset_index(drop=True), top_k=3, **register)
+
+    params = mlflow.MlflowClient(store).get_run(result["run_id"]).data.params
+    assert params["train_end"] == window.isoformat()
+    model = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}/{result['version']}")
+    assert model.unwrap_python_model().forecaster.fit_end == window.isoformat()
+    # per (tenant, step), 2 tenants x 3 steps x 8 origins: the first origin misses each
+    # tenant's whole demand at each step (acme 12, globex 7), the others are exact
+    assert result["eval_mae"]["last_value"] == pytest.approx((12 + 7) * 3 / 48)
+
+
 def test_a_lake_without_named_keys_is_registered_without_a_hot_set(
     store: str, tmp_path: Path
 ) -> None:
