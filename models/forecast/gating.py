@@ -80,10 +80,11 @@ def per_key_allocation(
 
 
 def rolling_forecasts(
-    predict_fn: PredictFn, demand: pd.DataFrame, origins: Sequence[pd.Timestamp]
+    predict_fn: PredictFn, grid: DemandGrid, origins: Sequence[pd.Timestamp]
 ) -> list[pd.DataFrame]:
-    """One forecast per origin, each from the demand strictly before it, starting at it."""
-    grid, forecasts = DemandGrid.of(demand), []
+    """One forecast per origin, each from the demand strictly before it, starting at it. The
+    grid is the caller's, built once for every model judged on the window."""
+    forecasts = []
     for origin in origins:
         forecast = predict_fn(grid.before(origin), origin)
         first = forecast.loc[forecast["step"] == 1, "bucket_start"]
@@ -129,7 +130,10 @@ def evaluate_on_window(
     """
     demand = DemandSeries.validate(demand, lazy=True)
     return window_mae(
-        rolling_forecasts(predict_fn, demand, origins_starts), demand, origins_starts, horizon
+        rolling_forecasts(predict_fn, DemandGrid.of(demand), origins_starts),
+        demand,
+        origins_starts,
+        horizon,
     )
 
 

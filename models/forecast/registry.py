@@ -334,17 +334,20 @@ def train_and_register(
     mlflow.set_tracking_uri(tracking_uri)
     client = client or mlflow.MlflowClient(tracking_uri)
     train, origins = _split(demand, horizon, eval_frac)
-    forecaster.fit(KeyPanel.from_demand(train, top_k, recent, until=origins[0]))
+    grid = DemandGrid.of(demand)  # every model's rolling forecasts read it
+    forecaster.fit(grid.before(origins[0]).panel(top_k, recent, until=origins[0]))
     champion = _current_champion(tracking_uri)
     horizon = horizon if champion is None else min(horizon, champion.horizon)
     forecasts = {
-        name: rolling_forecasts(fn, demand, origins)
+        name: rolling_forecasts(fn, grid, origins)
         for name, fn in _predictors(forecaster, top_k, recent, champion).items()
     }
     eval_mae = {name: window_mae(f, demand, origins, horizon) for name, f in forecasts.items()}
     best_baseline = min(eval_mae[method] for method in PANEL_BASELINES)
     tail = tail_coverage_on_window(forecasts["candidate"], demand, origins, horizon)
-    hot_recall, hot_note = _hot_set_recall(forecasts, demand, origins, champion, top_k, recent)
+    hot_recall, hot_note = _hot_set_recall(
+        forecasts, demand, grid, origins, champion, top_k, recent
+    )
     hot_means = {name: float(recall.mean()) for name, recall in hot_recall.items()}
     promoted, reason = promotion_decision(
         eval_mae["candidate"],
@@ -374,6 +377,7 @@ def train_and_register(
 def _hot_set_recall(
     forecasts: dict[str, list[pd.DataFrame]],
     demand: pd.DataFrame,
+    grid: DemandGrid,
     origins: pd.DatetimeIndex,
     champion: Champion | None,
     top_k: int,
@@ -391,7 +395,7 @@ def _hot_set_recall(
             learned["champion"] = (
                 forecasts["champion"]
                 if own == (top_k, recent)
-                else rolling_forecasts(_panel_predictor(champion.forecaster, *own), demand, origins)
+                else rolling_forecasts(_panel_predictor(champion.forecaster, *own), grid, origins)
             )
         return recall_on_window(demand, learned, origins), None
     except ValueError as err:
