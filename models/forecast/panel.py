@@ -14,6 +14,7 @@ registry's gate and the warm-up planner read it.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,12 +154,22 @@ class DemandGrid:
             raise ValueError(f"until {until} must be a bucket start after {self.starts[0]}")
         return int(offset // self.width)
 
-    def panel(self, top_k: int, recent: int, until: pd.Timestamp) -> KeyPanel:
+    def panel(
+        self, top_k: int, recent: int, until: pd.Timestamp, history: int | None = None
+    ) -> KeyPanel:
         """The panel of the keys with a row before `until` (a bucket start after the first), on
         the grid's buckets before it: buckets past the grid's last are idle (see `from_demand`).
+
+        With `history`, only the last `history` of those buckets (the keys are chosen as
+        without it): what a forecast reads (`PanelForecaster.history`). At 5 s the whole past
+        is 26-35k buckets, and copying it was a tenth of each of the gate's forecasts.
         """
-        end = self._end(until)  # buckets in the panel
+        if history is not None and history < 1:
+            raise ValueError(f"history must be at least 1 bucket, got {history}")
+        end = self._end(until)  # buckets before `until`
         seen = min(end, len(self.starts))  # of them on the grid; the rest idle
+        lo = 0 if history is None else max(0, end - history)  # the panel's first bucket
+        on_grid = slice(min(lo, seen), seen)  # its buckets on the grid
         present = np.flatnonzero(self.first < seen)  # (P,) keys with a row before `until`
         keys = self.keys.iloc[present].reset_index(drop=True)
         is_total = (keys["key"] == TOTAL_KEY).to_numpy()
@@ -170,7 +181,7 @@ class DemandGrid:
         recent_volume = self.dense[candidate_rows, max(0, end - recent) : seen].sum(1)  # (C,)
         order = np.lexsort((-last, -recent_volume))  # recent, then all-time, then the keys' order
         chosen = present[candidates[order[:top_k]]]  # grid rows
-        rows, tenants, names = [self.dense[chosen, :seen]], [], []
+        rows, tenants, names = [self.dense[chosen, on_grid]], [], []
         tenants.extend(self.keys["tenant"].iloc[chosen])
         names.extend(self.keys["key"].iloc[chosen])
         chosen_tenants = self.keys["tenant"].to_numpy()[chosen]
@@ -178,24 +189,27 @@ class DemandGrid:
             mine = present[(keys["tenant"] == tenant).to_numpy()]  # grid rows
             mine_total = mine[self.keys["key"].to_numpy()[mine] == TOTAL_KEY]
             if len(mine_total):
-                total = self.dense[mine_total[0], :seen]
+                total = self.dense[mine_total[0], on_grid]
             else:
-                total = self.dense[mine, :seen].sum(0)
+                total = self.dense[mine, on_grid].sum(0)
             # summed in the grid's row order, as the rows' panel sums: the same to the last bit
-            kept = self.dense[np.sort(chosen[chosen_tenants == tenant]), :seen].sum(0)
+            kept = self.dense[np.sort(chosen[chosen_tenants == tenant]), on_grid].sum(0)
             rows.append(np.clip(total - kept, 0, None)[None, :])
             tenants.append(tenant)
             names.append(OTHER_KEY)
         counts = np.concatenate(rows)
-        if end > seen:  # the idle buckets after the grid's last
-            counts = np.pad(counts, ((0, 0), (0, end - seen)))
+        if end > max(lo, seen):  # the idle buckets after the grid's last
+            counts = np.pad(counts, ((0, 0), (0, end - max(lo, seen))))
         return KeyPanel(
             np.array(tenants, dtype=object),
             np.array(names, dtype=object),
-            pd.date_range(self.starts[0], periods=end, freq=self.width),
+            pd.date_range(self.starts[0] + lo * self.width, periods=end - lo, freq=self.width),
             counts,
             self.granularity,
         )
+
+
+MOVING_AVERAGE_SPAN = 5  # buckets
 
 
 def _ewma_before(counts: np.ndarray, origins: np.ndarray, alpha: float) -> np.ndarray:
@@ -216,6 +230,14 @@ def _ewma_before(counts: np.ndarray, origins: np.ndarray, alpha: float) -> np.nd
     return np.where(origins[:, None] >= 2, levels[:, np.maximum(origins - 2, 0)].T, first)
 
 
+def ewma_burn_in(alpha: float) -> int:
+    """The buckets n after which the EWMA's first bucket weighs under 2^-53 in its level,
+    (1 - alpha)^n < 2^-53: below float64's rounding, so the buckets before it change nothing."""
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    return 0 if alpha == 1 else math.ceil(-53 * math.log(2) / math.log1p(-alpha))
+
+
 def baseline_levels(
     counts: np.ndarray, origins: np.ndarray, method: str, alpha: float
 ) -> np.ndarray:
@@ -223,7 +245,7 @@ def baseline_levels(
     if method == "last_value":
         return counts[:, np.asarray(origins) - 1].T
     if method == "moving_average":
-        return np.stack([counts[:, max(0, o - 5) : o].mean(1) for o in origins])
+        return np.stack([counts[:, max(0, o - MOVING_AVERAGE_SPAN) : o].mean(1) for o in origins])
     if method == "ewma":
         return _ewma_before(counts, origins, alpha)
     raise ValueError(f"unknown panel baseline {method!r}")
@@ -262,6 +284,22 @@ class PanelForecaster:
     # the fitted module's forecasts by sample input (see MEMO_LIMIT), and the module they are of
     _memo: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
     _memo_of: ForecastModule | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def history(self) -> int | None:
+        """The buckets before a panel's end that a forecast reads (`forecast`), or None for all
+        of them. The oldest origin replayed is `MAX_REPLAY + horizon - 1` buckets back; from
+        it, the attention model reads `context` tokens of the widest scale, the moving average
+        `MOVING_AVERAGE_SPAN` buckets, and the EWMA all of them, but those more than
+        `ewma_burn_in` back weigh under float64's rounding. The rest of a long panel changes no
+        forecast beyond that rounding, and reading it was half of a forecast's time at 5 s
+        (26-35k buckets). None with a season: its phase counts from the panel's first bucket."""
+        config = self.config
+        if config.season is not None:
+            return None
+        spans = (max(config.scales) * config.context, ewma_burn_in(self.alpha))
+        reach = max(*spans, MOVING_AVERAGE_SPAN)
+        return MAX_REPLAY + config.horizon - 1 + reach
 
     def _train(self, counts: np.ndarray, until: int) -> ForecastModule:
         origins = np.arange(1, until - self.config.horizon + 1)
@@ -386,14 +424,16 @@ class PanelForecaster:
 
     def _learned(self, panel: KeyPanel) -> tuple[dict[str, float], np.ndarray]:
         """(`current_weights`, (K, H) the forecast from the panel's end with them). Each expert
-        forecasts the charged origins and the panel's end in one pass: the EWMA runs from bucket
-        0 at every pass, and two passes were 40 ms of a forecast's 140 at 5 s, which the gate
-        pays at every origin."""
-        counts, end = panel.counts, panel.counts.shape[1]
+        forecasts the charged origins and the panel's end in one pass: the EWMA runs from the
+        first bucket read at every pass, and two passes were 40 ms of a forecast's 140 at 5 s,
+        which the gate pays at every origin. Only the panel's last `history` buckets are read."""
+        cut = 0 if self.history is None else max(0, panel.counts.shape[1] - self.history)
+        counts, starts = panel.counts[:, cut:], panel.starts[cut:]  # what it reads
+        end = counts.shape[1]
         if self.chosen != COMBINED:
             return {self.chosen: 1.0}, self.forecast_counts(counts, end)
         horizon = self.config.horizon
-        fresh = np.flatnonzero(panel.starts >= pd.Timestamp(self.fit_end))
+        fresh = np.flatnonzero(starts >= pd.Timestamp(self.fit_end))
         rounds = fresh[fresh + horizon <= end][-MAX_REPLAY:]
         hedge, names = Combination.from_state(self.hedge), list(self.hedge["experts"])
         origins = np.append(rounds, end)

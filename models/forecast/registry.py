@@ -34,15 +34,14 @@ from models.forecast.attention import AttentionConfig
 from models.forecast.gating import (
     HotSetComparison,
     PredictFn,
+    WindowActuals,
     bucket_width,
-    per_key_allocation,
     promotion_decision,
     rolling_forecasts,
     tail_coverage_on_window,
     window_mae,
 )
 from models.forecast.panel import (
-    OTHER_KEY,
     PANEL_BASELINES,
     DemandGrid,
     KeyPanel,
@@ -181,7 +180,8 @@ def _split(
 
 def _panel_predictor(forecaster: PanelForecaster, top_k: int, recent: int) -> PredictFn:
     def predict_fn(past: DemandGrid, origin: pd.Timestamp) -> pd.DataFrame:
-        return forecaster.forecast(past.panel(top_k, recent, until=origin))
+        # only the buckets the forecast reads: at 5 s the whole past is 26-35k of them
+        return forecaster.forecast(past.panel(top_k, recent, origin, forecaster.history))
 
     return predict_fn
 
@@ -205,17 +205,18 @@ def _predictors(
 
 
 def _forecast_figure(
-    forecasts: Sequence[pd.DataFrame], demand: pd.DataFrame, origins: pd.DatetimeIndex
+    forecasts: Sequence[pd.DataFrame], actuals: WindowActuals, origins: pd.DatetimeIndex
 ) -> Any:
     """Step-1 demand of the forecast's top keys (all of them, `__other__` left out) per origin."""
     from matplotlib.figure import Figure  # no pyplot: no global backend state, Agg on save
 
-    rows = [per_key_allocation(f, demand, o, 1) for f, o in zip(forecasts, origins, strict=True)]
-    named = [r[r["key"] != OTHER_KEY] for r in rows]
+    rows = [actuals.allocate(f, o, 1) for f, o in zip(forecasts, origins, strict=True)]
     figure = Figure(figsize=(8, 4))
     axes = figure.subplots()
-    axes.plot(origins, [r["actual"].sum() for r in named], label="actual", color="black")
-    axes.plot(origins, [r["predicted"].sum() for r in named], label="predicted", linestyle="--")
+    axes.plot(origins, [r.actual[r.named].sum() for r in rows], label="actual", color="black")
+    axes.plot(
+        origins, [r.predicted[r.named].sum() for r in rows], label="predicted", linestyle="--"
+    )
     axes.set_title("Top keys, one bucket ahead, over the evaluation window")
     axes.set_ylabel("requests per bucket")
     axes.legend()
@@ -342,9 +343,10 @@ def train_and_register(
         name: rolling_forecasts(fn, grid, origins)
         for name, fn in _predictors(forecaster, top_k, recent, champion).items()
     }
-    eval_mae = {name: window_mae(f, demand, origins, horizon) for name, f in forecasts.items()}
+    actuals = WindowActuals(grid)
+    eval_mae = {name: window_mae(f, actuals, origins, horizon) for name, f in forecasts.items()}
     best_baseline = min(eval_mae[method] for method in PANEL_BASELINES)
-    tail = tail_coverage_on_window(forecasts["candidate"], demand, origins, horizon)
+    tail = tail_coverage_on_window(forecasts["candidate"], actuals, origins, horizon)
     hot_recall, hot_note = _hot_set_recall(
         forecasts, demand, grid, origins, champion, top_k, recent
     )
@@ -356,7 +358,7 @@ def train_and_register(
         _hot_set_pair(hot_recall, champion),
     )
     params = _run_params(train, eval_frac, horizon, origins, champion)
-    figure = _forecast_figure(forecasts["candidate"], demand, origins)
+    figure = _forecast_figure(forecasts["candidate"], actuals, origins)
     run_id, version = _log_run(
         client, artifacts_dir, forecaster, (top_k, recent), params, eval_mae, figure,
         _input_example(train),

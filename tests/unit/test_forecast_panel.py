@@ -20,6 +20,7 @@ from models.forecast.panel import (
     KeyPanel,
     PanelForecaster,
     baseline_levels,
+    ewma_burn_in,
     tail_coverage,
 )
 
@@ -137,6 +138,14 @@ def test_a_grid_s_panel_as_of_a_bucket_is_the_panel_of_the_rows_before_it(seed: 
                 assert list(got.keys) == list(want.keys)
                 assert got.starts.equals(want.starts)
                 np.testing.assert_array_equal(got.counts, want.counts)
+            # the last `history` buckets only (idle ones too), the keys chosen as without it
+            for history in (1, 4, 100):
+                tail = grid.panel(top_k, recent, until, history)
+                assert list(tail.keys) == list(want.keys)
+                assert tail.starts.equals(want.starts[-history:])
+                np.testing.assert_array_equal(tail.counts, want.counts[:, -history:])
+    with pytest.raises(ValueError, match="history must be at least 1"):
+        grid.panel(2, 3, START + width, history=0)
 
 
 def test_a_panel_is_the_same_whatever_the_rows_order() -> None:
@@ -227,6 +236,36 @@ def test_panel_weights_go_on_learning_from_buckets_after_the_fit() -> None:
     assert later != pytest.approx(model.weights) and sum(later.values()) == pytest.approx(1.0)
     single = PanelForecaster(TINY, chosen="ewma", alpha=0.3)
     assert single.current_weights(panel) == {"ewma": 1.0}
+
+
+@pytest.mark.parametrize("chosen", ["", "ewma"])
+def test_a_forecast_reads_only_its_history_and_forecasts_as_from_the_whole_panel(
+    monkeypatch: pytest.MonkeyPatch, chosen: str
+) -> None:
+    """`history` is every bucket a forecast reads: the rounds it replays (MAX_REPLAY), the
+    model's widest span before each and the EWMA's burn-in. A forecast from a panel much
+    longer than that equals, to float64 rounding, the forecast that reads the whole panel."""
+    panel = KeyPanel.from_demand(_demand(400), top_k=3, recent=10)
+    # alpha 0.3, not the fitted 0.05: a burn-in of 103 buckets, not 716
+    fitted = dataclasses.replace(PanelForecaster(TINY).fit(panel, until=300), alpha=0.3)
+    model = fitted if not chosen else PanelForecaster(TINY, chosen=chosen, alpha=0.3)
+    assert model.history == 48 + 2 - 1 + ewma_burn_in(0.3) == 152  # replay, horizon, burn-in
+    short = model.forecast(panel)
+    weights = model.current_weights(panel)
+    monkeypatch.setattr(PanelForecaster, "history", property(lambda self: None))
+    np.testing.assert_allclose(
+        short["predicted"], model.forecast(panel)["predicted"], rtol=1e-12, atol=1e-12
+    )
+    assert weights == pytest.approx(model.current_weights(panel), rel=1e-12)
+
+
+def test_the_ewma_burn_in_leaves_its_start_under_float64_rounding() -> None:
+    for alpha in (0.05, 0.3, 0.99):
+        n = ewma_burn_in(alpha)
+        assert (1 - alpha) ** n < 2.0**-53 <= (1 - alpha) ** (n - 1)
+    assert ewma_burn_in(1.0) == 0
+    with pytest.raises(ValueError, match="alpha must be in"):
+        ewma_burn_in(0.0)
 
 
 def test_the_fitted_model_forecasts_each_sample_once_and_as_a_fresh_one_would(

@@ -12,7 +12,13 @@ from helpers import DEMAND_BUCKET, DEMAND_START, demand_from_rows
 
 from data_contracts import CONTRACT_VERSION, KeyForecast
 from models.forecast.attention import AttentionConfig, train_module
-from models.forecast.gating import HotSetComparison, evaluate_on_window, promotion_decision
+from models.forecast.gating import (
+    HotSetComparison,
+    WindowActuals,
+    evaluate_on_window,
+    promotion_decision,
+    tail_coverage_on_window,
+)
 from models.forecast.panel import OTHER_KEY, TOTAL_KEY, DemandGrid, KeyPanel, PanelForecaster
 from models.forecast.registry import (
     META_FILE,
@@ -134,6 +140,47 @@ def test_evaluate_on_window_by_hand() -> None:
 
     assert mae == pytest.approx(22 / 8)
     assert seen == [START, START + WIDTH]  # each call saw only the buckets before its origin
+
+
+def test_an_allocation_by_hand_with_keys_and_tenants_the_demand_never_had() -> None:
+    # From t1, 2 steps: A/k1 4, 6; A/k9 never asked; A's total 8, 7, so A/other 4, 1. B has no
+    # total: B/other is B's keys less x, (1 + 0) - 1 = 0 and (3 + 2) - 3 = 2. C never asked.
+    rows = [("A", "k1", 5.0), ("A", "k9", 1.0), ("A", OTHER_KEY, 2.0), ("B", "x", 1.0)]
+    rows.append(("C", "z", 4.0))
+    forecast = pd.DataFrame(
+        [(t, k, s, p) for t, k, p in rows for s in (1, 2)],
+        columns=["tenant", "key", "step", "predicted"],
+    )
+    actuals = WindowActuals(DemandGrid.of(demand_from_rows(TINY)))
+
+    got = actuals.allocate(forecast, START + WIDTH, horizon=2)
+
+    assert list(zip(got.tenants, got.keys, strict=True)) == [
+        ("A", "k1"), ("A", "k9"), ("B", "x"), ("C", "z"),
+        ("A", OTHER_KEY), ("B", OTHER_KEY), ("C", OTHER_KEY),
+    ]  # fmt: skip
+    np.testing.assert_array_equal(
+        got.actual, [[4, 6], [0, 0], [1, 3], [0, 0], [4, 1], [0, 2], [0, 0]]
+    )
+    np.testing.assert_array_equal(got.predicted[4:], [[2, 2], [0, 0], [0, 0]])
+    np.testing.assert_array_equal(got.tenant_errors(), [[4, 3], [0, 4], [4, 4]])
+    # from t3 the second step is past the demand's last bucket: nothing came there
+    np.testing.assert_array_equal(
+        actuals.allocate(forecast, START + 3 * WIDTH, 2).actual[0], [5, 0]
+    )
+    with pytest.raises(ValueError, match="not a bucket start"):
+        actuals.allocate(forecast, START + WIDTH / 2, horizon=1)
+
+
+def test_tail_coverage_on_the_window_by_hand() -> None:
+    # Named keys A/k1 (3 requests before the window) and B/x (2): B/x is the tail. One step
+    # ahead it predicts 1: within max(1, 0.5 x 1) of t1's 1, not within max(1, 1.5) of t2's 3.
+    grid = DemandGrid.of(demand_from_rows(TINY))
+    origins = [START + WIDTH, START + 2 * WIDTH]
+    forecasts = [_fixed_allocation([])(grid.before(origin), origin) for origin in origins]
+    actuals = WindowActuals(grid)
+
+    assert tail_coverage_on_window(forecasts, actuals, origins, horizon=1) == 0.5
 
 
 def test_evaluate_on_window_refuses_a_forecast_shorter_than_the_horizon() -> None:
