@@ -31,7 +31,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, RandomSampler, TensorDataset, WeightedRandomSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, WeightedRandomSampler
 
 from models.training import fit_on_cpu
 
@@ -111,42 +111,56 @@ class Windows:
         return [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in inputs]
 
 
+class WindowSource:
+    """Builds the windows of any (row, origin) samples of one (K, T) series, from
+    series[:, :origin] only. Each token is a span sum from one running sum, computed once here:
+    building thousands of windows is then a few vectorised gathers, however many calls ask."""
+
+    def __init__(self, series: np.ndarray, config: AttentionConfig) -> None:
+        series = np.asarray(series, dtype=np.float64)
+        self.series = series[None, :] if series.ndim == 1 else series  # (K, T)
+        self.config = config
+        self.cumulative = np.concatenate(
+            [np.zeros((self.series.shape[0], 1)), np.cumsum(self.series, axis=1)], 1
+        )  # (K, T + 1)
+
+    def windows(self, rows: np.ndarray, origins: np.ndarray) -> Windows:
+        """Windows for samples (rows[i], origins[i])."""
+        config, cumulative = self.config, self.cumulative
+        rows = np.asarray(rows, dtype=np.int64)
+        origins = np.asarray(origins, dtype=np.int64)
+        if np.any(origins < config.min_history) or np.any(origins > self.series.shape[1]):
+            raise ValueError(
+                "every origin needs at least one past bucket and must lie in the series"
+            )
+        steps = np.arange(config.context, 0, -1)  # (L,) tokens L..1 buckets of the scale back
+        tokens, masks = [], []
+        for scale in config.scales:
+            start = origins[:, None] - steps[None, :] * scale  # (B, L)
+            end = start + scale
+            valid = start >= 0
+            start_c, end_c = np.clip(start, 0, None), np.clip(end, 0, None)
+            spans = cumulative[rows[:, None], end_c] - cumulative[rows[:, None], start_c]  # (B, L)
+            tokens.append(np.where(valid, spans / scale, 0.0))
+            masks.append(valid)
+        tokens_arr = np.stack(tokens, axis=1)  # S x (B, L) -> (B, S, L)
+        mask_arr = np.stack(masks, axis=1)
+        base, base_mask = tokens_arr[:, 0], mask_arr[:, 0]  # (B, L) the finest scale
+        level = np.maximum(base.sum(1) / np.maximum(base_mask.sum(1), 1), LEVEL_FLOOR)  # (B,)
+        last = self.series[rows, origins - 1]
+        phase = np.zeros((len(origins), 2))
+        if config.season is not None:  # origins are bucket indices, so the phase is exact
+            angle = 2 * np.pi * (origins % config.season) / config.season
+            phase = np.stack([np.sin(angle), np.cos(angle)], axis=1)
+        return Windows(tokens_arr / level[:, None, None], mask_arr, last, level, phase)
+
+
 def multiscale_windows(
     series: np.ndarray, rows: np.ndarray, origins: np.ndarray, config: AttentionConfig
 ) -> Windows:
-    """Windows for samples (rows[i], origins[i]) of `series` (K, T), from series[:, :origin] only.
-
-    Each token is a span sum from one cumulative sum, so building thousands of windows is a few
-    vectorised gathers rather than a loop over samples.
-    """
-    series = np.asarray(series, dtype=np.float64)
-    if series.ndim == 1:
-        series = series[None, :]
-    rows = np.asarray(rows, dtype=np.int64)
-    origins = np.asarray(origins, dtype=np.int64)
-    if np.any(origins < config.min_history) or np.any(origins > series.shape[1]):
-        raise ValueError("every origin needs at least one past bucket and must lie in the series")
-    cumulative = np.concatenate([np.zeros((series.shape[0], 1)), np.cumsum(series, axis=1)], 1)
-    steps = np.arange(config.context, 0, -1)  # (L,) tokens L..1 buckets of the scale back
-    tokens, masks = [], []
-    for scale in config.scales:
-        start = origins[:, None] - steps[None, :] * scale  # (B, L)
-        end = start + scale
-        valid = start >= 0
-        start_c, end_c = np.clip(start, 0, None), np.clip(end, 0, None)
-        spans = cumulative[rows[:, None], end_c] - cumulative[rows[:, None], start_c]  # (B, L)
-        tokens.append(np.where(valid, spans / scale, 0.0))
-        masks.append(valid)
-    tokens_arr = np.stack(tokens, axis=1)  # S x (B, L) -> (B, S, L)
-    mask_arr = np.stack(masks, axis=1)
-    base, base_mask = tokens_arr[:, 0], mask_arr[:, 0]  # (B, L) the finest scale
-    level = np.maximum(base.sum(1) / np.maximum(base_mask.sum(1), 1), LEVEL_FLOOR)  # (B,)
-    last = series[rows, origins - 1]
-    phase = np.zeros((len(origins), 2))
-    if config.season is not None:  # origins are bucket indices, so the phase is exact
-        angle = 2 * np.pi * (origins % config.season) / config.season
-        phase = np.stack([np.sin(angle), np.cos(angle)], axis=1)
-    return Windows(tokens_arr / level[:, None, None], mask_arr, last, level, phase)
+    """Windows for samples (rows[i], origins[i]) of `series` (K, T), from series[:, :origin] only
+    (one `WindowSource` call)."""
+    return WindowSource(series, config).windows(rows, origins)
 
 
 class MultiScaleAttention(nn.Module):
@@ -253,6 +267,36 @@ def _tensors(windows: Windows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     )
 
 
+class DrawnSamples(Dataset):
+    """Training samples (rows[i], origins[i]) whose windows and targets are built when a batch
+    draws them (`__getitems__`, which the loader calls with the batch's indices), not all up
+    front: an epoch draws `epoch_samples` of them, and at 5 s the demo lake's 103 keys x 26k
+    origins are 2.7M samples, whose windows built at once held 9.6 GB. The same samples, in
+    the same draws, as tensors built up front (each sample's window is its own)."""
+
+    def __init__(self, source: WindowSource, rows: np.ndarray, origins: np.ndarray) -> None:
+        self.source = source
+        self.rows = np.asarray(rows, dtype=np.int64)  # (N,)
+        self.origins = np.asarray(origins, dtype=np.int64)  # (N,)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, ...]:
+        """(tokens, mask, point, targets in level units (B, H)) of the samples at `indices`."""
+        index = np.asarray(indices, dtype=np.int64)
+        rows, origins = self.rows[index], self.origins[index]
+        windows = self.source.windows(rows, origins)
+        offsets = origins[:, None] + np.arange(self.source.config.horizon)[None, :]  # (B, H)
+        targets = self.source.series[rows[:, None], offsets] / windows.level[:, None]
+        return (*_tensors(windows), torch.as_tensor(targets, dtype=torch.float32))
+
+
+def _built(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The loader's collate: `DrawnSamples.__getitems__` has built the batch already."""
+    return batch
+
+
 def train_module(
     series: np.ndarray,
     rows: np.ndarray,
@@ -270,21 +314,21 @@ def train_module(
     if np.any(origins + config.horizon > series.shape[1]):
         raise ValueError("a training origin's targets run past the end of the series")
     torch.manual_seed(config.seed)
-    windows = multiscale_windows(series, rows, origins, config)
-    offsets = origins[:, None] + np.arange(config.horizon)[None, :]  # (B, H)
-    targets = series[rows[:, None], offsets] / windows.level[:, None]  # (B, H) level units
-    dataset = TensorDataset(*_tensors(windows), torch.as_tensor(targets, dtype=torch.float32))
+    dataset = DrawnSamples(WindowSource(series, config), rows, origins)
     generator = torch.Generator().manual_seed(config.seed)
     per_epoch = min(len(dataset), config.epoch_samples)
     if sample_weights is None:  # as `shuffle=True` draws (the loader's generator too, as there)
         sampler = RandomSampler(dataset, num_samples=per_epoch, generator=generator)
         loader = DataLoader(
-            dataset, batch_size=config.batch_size, sampler=sampler, generator=generator
-        )
+            dataset, batch_size=config.batch_size, sampler=sampler, generator=generator,
+            collate_fn=_built,
+        )  # fmt: skip
     else:
         weights = torch.as_tensor(sample_weights, dtype=torch.double)
         sampler = WeightedRandomSampler(weights, per_epoch, generator=generator)
-        loader = DataLoader(dataset, batch_size=config.batch_size, sampler=sampler)
+        loader = DataLoader(
+            dataset, batch_size=config.batch_size, sampler=sampler, collate_fn=_built
+        )
     module = ForecastModule(config)
     fit_on_cpu(module, loader, config.epochs)
     return module

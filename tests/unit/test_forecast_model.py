@@ -12,7 +12,10 @@ import torch
 from models.forecast.attention import (
     AttentionConfig,
     AttentionForecaster,
+    DrawnSamples,
     MultiScaleAttention,
+    WindowSource,
+    _tensors,
     load_checkpoint,
     multiscale_windows,
     predict,
@@ -54,6 +57,24 @@ def test_windows_ignore_everything_from_the_origin_on() -> None:
         row = int(np.flatnonzero(origins == origin)[0])
         np.testing.assert_array_equal(after.tokens[0], before.tokens[row])
         assert after.last[0] == before.last[row] and after.level[0] == before.level[row]
+
+
+def test_training_samples_built_when_drawn_are_the_samples_built_up_front() -> None:
+    """A batch of `DrawnSamples` is the same tensors, in the same order, as the same indices of
+    every sample's window built at once (what training held in memory before)."""
+    rng = np.random.default_rng(2)
+    series = rng.poisson(4, size=(3, 50)).astype(float)
+    origins = np.tile(np.arange(1, 49), 3)  # (N,)
+    rows = np.repeat(np.arange(3), 48)  # (N,)
+    drawn = DrawnSamples(WindowSource(series, SMALL), rows, origins)
+    everything = multiscale_windows(series, rows, origins, SMALL)
+    offsets = origins[:, None] + np.arange(SMALL.horizon)[None, :]  # (N, H)
+    targets = series[rows[:, None], offsets] / everything.level[:, None]
+    up_front = (*_tensors(everything), torch.as_tensor(targets, dtype=torch.float32))
+    assert len(drawn) == 144
+    for indices in ([0], [143, 5, 5, 70], list(range(0, 144, 7))):
+        for built, whole in zip(drawn.__getitems__(indices), up_front, strict=True):
+            assert torch.equal(built, whole[indices])
 
 
 def test_origin_without_history_is_rejected() -> None:
