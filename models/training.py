@@ -44,8 +44,9 @@ def fit_on_cpu(module: pl.LightningModule, loader: DataLoader, epochs: int) -> N
         deterministic=True,
     )
     with warnings.catch_warnings():
-        # The tensors are already in memory: loader worker processes would cost more than they
-        # save, so Lightning's "does not have many workers" advice does not apply.
+        # Batches come from arrays in memory (a TensorDataset, or `attention.DrawnSamples`'s
+        # few vectorised gathers): loader worker processes would cost more than they save, so
+        # Lightning's "does not have many workers" advice does not apply.
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
         # pytorch-lightning 2.6 calls a torch pytree API that torch 2.13 deprecates; not ours.

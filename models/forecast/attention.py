@@ -278,6 +278,14 @@ class DrawnSamples(Dataset):
         self.source = source
         self.rows = np.asarray(rows, dtype=np.int64)  # (N,)
         self.origins = np.asarray(origins, dtype=np.int64)  # (N,)
+        # checked here, not when a batch draws them: a bad sample fails before training starts
+        keys, buckets = source.series.shape
+        if np.any(self.rows < 0) or np.any(self.rows >= keys):
+            raise ValueError(f"a training sample's row is not one of the series' {keys}")
+        if np.any(self.origins < source.config.min_history) or np.any(self.origins > buckets):
+            raise ValueError(
+                "every origin needs at least one past bucket and must lie in the series"
+            )
 
     def __len__(self) -> int:
         return len(self.rows)

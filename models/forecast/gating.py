@@ -76,7 +76,9 @@ class WindowActuals:
     def column(self, origin: pd.Timestamp) -> int:
         """The grid's bucket starting at `origin`."""
         offset = pd.Timestamp(origin) - self.grid.starts[0]
-        if offset < pd.Timedelta(0) or offset % self.grid.width:
+        if offset < pd.Timedelta(0):
+            raise ValueError(f"origin {origin} is before the window's demand")
+        if offset % self.grid.width:
             raise ValueError(f"origin {origin} is not a bucket start of the window's demand")
         return int(offset // self.grid.width)
 
@@ -93,6 +95,8 @@ class WindowActuals:
         of the forecast gets one `__other__` row (predicted 0 where the forecast has none), whose
         actual is the tenant's `__total__` (else the sum of its keys) less its named keys'.
         """
+        if forecast.empty:
+            raise ValueError(f"an empty forecast from origin {origin}")
         if forecast["step"].max() < horizon:
             raise ValueError(f"the forecast covers {forecast['step'].max()} steps, not {horizon}")
         rows = forecast[forecast["step"] <= horizon]
@@ -104,8 +108,18 @@ class WindowActuals:
             dtype=np.int64,
             count=len(rows),
         )  # (rows,) each row's (tenant, key), in order of appearance
-        predicted = np.zeros((len(code_of), horizon))  # (pairs, H)
         steps = rows["step"].to_numpy(dtype=np.int64) - 1
+        cells = codes * horizon + steps  # (rows,) each row's (tenant, key, step)
+        if (
+            steps.min() < 0
+            or len(cells) != len(code_of) * horizon
+            or len(np.unique(cells)) != len(cells)
+        ):
+            raise ValueError(
+                f"the forecast from origin {origin} needs one row per (tenant, key) and step "
+                f"1..{horizon}"
+            )
+        predicted = np.zeros((len(code_of), horizon))  # (pairs, H)
         predicted[codes, steps] = rows["predicted"].to_numpy(dtype=np.float64)
         pairs = list(code_of)
         tenants = list(pd.unique(tenant))

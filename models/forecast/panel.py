@@ -231,11 +231,12 @@ def _ewma_before(counts: np.ndarray, origins: np.ndarray, alpha: float) -> np.nd
 
 
 def ewma_burn_in(alpha: float) -> int:
-    """The buckets n after which the EWMA's first bucket weighs under 2^-53 in its level,
-    (1 - alpha)^n < 2^-53: below float64's rounding, so the buckets before it change nothing."""
+    """The least n with (1 - alpha)^n < 2^-53: n buckets after a cut, the EWMA started there
+    differs from the one started earlier by under 2^-53 of the two levels' difference at the
+    cut (absolute): float64's rounding where demand before and after the cut is of a size."""
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-    return 0 if alpha == 1 else math.ceil(-53 * math.log(2) / math.log1p(-alpha))
+    return 0 if alpha == 1 else math.floor(-53 * math.log(2) / math.log1p(-alpha)) + 1
 
 
 def baseline_levels(
@@ -291,9 +292,10 @@ class PanelForecaster:
         of them. The oldest origin replayed is `MAX_REPLAY + horizon - 1` buckets back; from
         it, the attention model reads `context` tokens of the widest scale, the moving average
         `MOVING_AVERAGE_SPAN` buckets, and the EWMA all of them, but those more than
-        `ewma_burn_in` back weigh under float64's rounding. The rest of a long panel changes no
-        forecast beyond that rounding, and reading it was half of a forecast's time at 5 s
-        (26-35k buckets). None with a season: its phase counts from the panel's first bucket."""
+        `ewma_burn_in` back change it by under 2^-53 of the level then (see there). The rest of
+        a long panel changes no forecast beyond that, and reading it was half of a forecast's
+        time at 5 s (26-35k buckets). None with a season: its phase counts from the panel's
+        first bucket."""
         config = self.config
         if config.season is not None:
             return None

@@ -80,6 +80,12 @@ def test_training_samples_built_when_drawn_are_the_samples_built_up_front() -> N
 def test_origin_without_history_is_rejected() -> None:
     with pytest.raises(ValueError, match="at least one past bucket"):
         multiscale_windows(np.ones(10), np.array([0]), np.array([0]), SMALL)
+    # in training too, before any batch draws it (an epoch may never draw the bad one)
+    origins = np.arange(0, 7)
+    with pytest.raises(ValueError, match="at least one past bucket"):
+        train_module(np.ones((1, 10)), np.zeros(7, int), origins, replace(SMALL, epochs=1))
+    with pytest.raises(ValueError, match="row is not one of"):
+        DrawnSamples(WindowSource(np.ones((1, 10)), SMALL), np.array([1]), np.array([3]))
 
 
 def test_forward_shapes_and_gate_drops_scales_with_no_past() -> None:

@@ -15,6 +15,7 @@ from models.forecast.attention import AttentionConfig
 from models.forecast.hotset import KeyWindows
 from models.forecast.hotset_models import AttentionScorer, fine_counts
 from models.forecast.panel import (
+    EWMA_GRID,
     OTHER_KEY,
     DemandGrid,
     KeyPanel,
@@ -246,12 +247,16 @@ def test_a_forecast_reads_only_its_history_and_forecasts_as_from_the_whole_panel
     model's widest span before each and the EWMA's burn-in. A forecast from a panel much
     longer than that equals, to float64 rounding, the forecast that reads the whole panel."""
     panel = KeyPanel.from_demand(_demand(400), top_k=3, recent=10)
-    # alpha 0.3, not the fitted 0.05: a burn-in of 103 buckets, not 716
+    # alpha 0.3, not the fitted 0.05: a burn-in of 103 buckets, not 717
     fitted = dataclasses.replace(PanelForecaster(TINY).fit(panel, until=300), alpha=0.3)
     model = fitted if not chosen else PanelForecaster(TINY, chosen=chosen, alpha=0.3)
     assert model.history == 48 + 2 - 1 + ewma_burn_in(0.3) == 152  # replay, horizon, burn-in
     short = model.forecast(panel)
     weights = model.current_weights(panel)
+    # the buckets before the last `history` are never read: poisoned, nothing changes
+    poisoned = dataclasses.replace(panel, counts=panel.counts.copy())
+    poisoned.counts[:, : 400 - model.history] = np.nan
+    np.testing.assert_array_equal(model.forecast(poisoned)["predicted"], short["predicted"])
     monkeypatch.setattr(PanelForecaster, "history", property(lambda self: None))
     np.testing.assert_allclose(
         short["predicted"], model.forecast(panel)["predicted"], rtol=1e-12, atol=1e-12
@@ -259,8 +264,13 @@ def test_a_forecast_reads_only_its_history_and_forecasts_as_from_the_whole_panel
     assert weights == pytest.approx(model.current_weights(panel), rel=1e-12)
 
 
+def test_a_seasonal_forecaster_reads_the_whole_panel() -> None:
+    # the phase counts from the panel's first bucket: a shorter panel would shift it
+    assert PanelForecaster(dataclasses.replace(TINY, season=7)).history is None
+
+
 def test_the_ewma_burn_in_leaves_its_start_under_float64_rounding() -> None:
-    for alpha in (0.05, 0.3, 0.99):
+    for alpha in (*EWMA_GRID[:-1], 0.99):  # 0.5: 0.5^53 is 2^-53 exactly, not under it
         n = ewma_burn_in(alpha)
         assert (1 - alpha) ** n < 2.0**-53 <= (1 - alpha) ** (n - 1)
     assert ewma_burn_in(1.0) == 0

@@ -170,6 +170,12 @@ def test_an_allocation_by_hand_with_keys_and_tenants_the_demand_never_had() -> N
     )
     with pytest.raises(ValueError, match="not a bucket start"):
         actuals.allocate(forecast, START + WIDTH / 2, horizon=1)
+    with pytest.raises(ValueError, match="before the window's demand"):
+        actuals.allocate(forecast, START - WIDTH, horizon=1)
+    # a forecast the gate cannot score is refused, not scored as if its gaps were zeros
+    for bad in (forecast.iloc[1:], pd.concat([forecast, forecast.iloc[:1]]), forecast.iloc[:0]):
+        with pytest.raises(ValueError, match=r"one row per \(tenant, key\)|empty forecast"):
+            actuals.allocate(bad, START + WIDTH, horizon=2)
 
 
 def test_tail_coverage_on_the_window_by_hand() -> None:
