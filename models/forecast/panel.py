@@ -404,14 +404,24 @@ class PanelForecaster:
     ) -> np.ndarray:
         """(K, H) forecasts of every row from buckets before `origin` (the combination: with
         `weights`, default those at the end of the fit)."""
+        return self.forecast_counts_at(counts, np.array([origin]), weights)[0]
+
+    def forecast_counts_at(
+        self, counts: np.ndarray, origins: np.ndarray, weights: dict[str, float] | None = None
+    ) -> np.ndarray:
+        """(N, K, H) `forecast_counts` from each of `origins` (at least one), each expert in one
+        pass over them all: the planner's champion expert forecasts its 24 past windows."""
         if not self.chosen:
             raise RuntimeError("fit the panel forecaster before forecasting")
         if self.chosen != COMBINED:
             mix = {self.chosen: 1.0}
         else:
             mix = self.weights if weights is None else weights
+        origins = np.asarray(origins, dtype=np.int64)
+        if origins.size == 0:
+            raise ValueError("forecast from at least one origin")
         return sum(
-            w * self._predict(m, counts, np.array([origin]), self.module, self.alpha)[0]
+            w * self._predict(m, counts, origins, self.module, self.alpha)
             for m, w in mix.items()
             if w > 0  # a pruned expert adds nothing: not even its forward pass
         )

@@ -273,7 +273,7 @@ def _champion_expert(
 ) -> ForecastScores:
     """The champion on the windows of `kw` from `first_weighed` on. Nothing of a past window may
     have reached its forecast: it reads only the buckets before the window
-    (`PanelForecaster.forecast_counts`), with the weights of the champion's own fit (its current
+    (`PanelForecaster.forecast_counts_at`), with the weights of the champion's own fit (its current
     ones have learned from the past windows' actuals), for the keys it would have named before
     the first window the weights learn from (`LearnedRanker.panel`: it names its top K by their
     recent demand, and a key hot only in those windows must not count as foreseen). The next
@@ -297,11 +297,13 @@ def _champion_expert(
     offset = int((start - panel.starts[0]) // width)
     forecaster = champion.forecaster
     by_window = {next_window: _bucket_scores(champion.forecast, next_bucket, code_of, kw.n_keys)}
-    for w in range(first_weighed, next_window):
-        predicted = forecaster.forecast_counts(panel.counts, w + offset, forecaster.weights)
-        scores = np.zeros(kw.n_keys)
-        scores[codes[named]] = np.clip(predicted[named, 0], 0.0, None)  # (K, H) -> step 1
-        by_window[w] = scores
+    past = np.arange(first_weighed, next_window)  # (W,) the windows the weights learn from
+    if past.size:
+        predicted = forecaster.forecast_counts_at(panel.counts, past + offset, forecaster.weights)
+        for w, window in zip(past, predicted[:, :, 0], strict=True):  # (W, K, H) -> step 1
+            scores = np.zeros(kw.n_keys)
+            scores[codes[named]] = np.clip(window[named], 0.0, None)
+            by_window[int(w)] = scores
     return ForecastScores(by_window)
 
 

@@ -207,6 +207,17 @@ def test_panel_forecast_reads_only_buckets_before_the_origin() -> None:
     np.testing.assert_allclose(model.forecast_counts(poisoned, 30), before)
 
 
+def test_forecasts_from_many_origins_at_once_are_each_origin_s_forecast() -> None:
+    panel = KeyPanel.from_demand(_demand(), top_k=3, recent=10)
+    model = PanelForecaster(TINY).fit(panel, until=30)
+    origins = np.array([31, 25, 38, 31])
+    together = model.forecast_counts_at(panel.counts, origins)  # (N, K, H)
+    for origin, forecast in zip(origins, together, strict=True):
+        np.testing.assert_array_equal(forecast, model.forecast_counts(panel.counts, origin))
+    with pytest.raises(ValueError, match="at least one origin"):
+        model.forecast_counts_at(panel.counts, np.array([], dtype=np.int64))
+
+
 def test_baseline_levels_at_many_origins_by_hand() -> None:
     counts = np.array([[4.0, 0.0, 8.0, 2.0, 6.0, 1.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
     origins = np.array([6, 1, 3])  # in any order
