@@ -38,6 +38,7 @@ class Allocation:
     group: np.ndarray  # (R,) int64: each row's tenant, an index into the forecast's tenants
     predicted: np.ndarray  # (R, H) float64
     actual: np.ndarray  # (R, H) float64
+    grid_rows: np.ndarray  # (named,) int64: each named key's row of the grid; -1: never asked
 
     @property
     def named(self) -> np.ndarray:
@@ -68,10 +69,6 @@ class WindowActuals:
             total = mine & (keys == TOTAL_KEY)
             rows = total if total.any() else mine
             self._total[tenant] = grid.dense[rows].sum(0)
-
-    def rows(self, pairs: Sequence[tuple[Any, Any]]) -> np.ndarray:
-        """(R,) each (tenant, key)'s row of the grid; -1 for one the demand never had."""
-        return np.array([self._row.get(pair, -1) for pair in pairs], dtype=np.int64)
 
     def column(self, origin: pd.Timestamp) -> int:
         """The grid's bucket starting at `origin`."""
@@ -127,7 +124,7 @@ class WindowActuals:
         named = np.array([k != OTHER_KEY for _, k in pairs], dtype=bool)
         first = self.column(origin)
         named_pairs = [p for p, n in zip(pairs, named, strict=True) if n]
-        grid_rows = self.rows(named_pairs)
+        grid_rows = np.array([self._row.get(pair, -1) for pair in named_pairs], dtype=np.int64)
         actual = self._span(self.grid.dense, first, horizon)[grid_rows]  # (named, H)
         actual[grid_rows < 0] = 0.0  # a key the demand never had
         group = np.array([group_of[t] for t, _ in named_pairs], dtype=np.int64)
@@ -145,6 +142,7 @@ class WindowActuals:
             np.concatenate([group, np.arange(len(tenants))]),
             np.concatenate([predicted[named], other_predicted]),
             np.concatenate([actual, np.clip(total - named_actual, 0.0, None)]),
+            grid_rows,
         )
 
 
@@ -294,8 +292,7 @@ def tail_coverage_on_window(
         named = rows.named
         predicted.append(rows.predicted[named].sum(1))
         actual.append(rows.actual[named].sum(1))
-        grid_rows = actuals.rows(list(zip(rows.tenants[named], rows.keys[named], strict=True)))
-        volumes.append(np.where(grid_rows >= 0, before[grid_rows], 0.0))
+        volumes.append(np.where(rows.grid_rows >= 0, before[rows.grid_rows], 0.0))
     if not predicted or not sum(len(p) for p in predicted):
         return float("nan")
     return tail_coverage(

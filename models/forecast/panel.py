@@ -439,7 +439,8 @@ class PanelForecaster:
         forecasts the charged origins and the panel's end in one pass: the EWMA runs from the
         first bucket read at every pass, and two passes were 40 ms of a forecast's 140 at 5 s,
         which the gate pays at every origin. Only the panel's last `history` buckets are read."""
-        cut = 0 if self.history is None else max(0, panel.counts.shape[1] - self.history)
+        history = self.history
+        cut = 0 if history is None else max(0, panel.counts.shape[1] - history)
         counts, starts = panel.counts[:, cut:], panel.starts[cut:]  # what it reads
         end = counts.shape[1]
         if self.chosen != COMBINED:

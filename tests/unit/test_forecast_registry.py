@@ -164,6 +164,7 @@ def test_an_allocation_by_hand_with_keys_and_tenants_the_demand_never_had() -> N
     )
     np.testing.assert_array_equal(got.predicted[4:], [[2, 2], [0, 0], [0, 0]])
     np.testing.assert_array_equal(got.tenant_errors(), [[4, 3], [0, 4], [4, 4]])
+    assert list(got.grid_rows >= 0) == [True, False, True, False]  # k9 and C/z: no grid row
     # from t3 the second step is past the demand's last bucket: nothing came there
     np.testing.assert_array_equal(
         actuals.allocate(forecast, START + 3 * WIDTH, 2).actual[0], [5, 0]
